@@ -1,0 +1,1 @@
+"""mla-spec conformance layer and the command line."""

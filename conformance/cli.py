@@ -1,0 +1,157 @@
+"""The ``mla-spec`` command line: a thin layer over mla_model, spec and conformance.
+
+It lives in the top layer because later commands (replay on a GPU) need the
+conformance package; the proof commands only call into spec.
+
+Exit status: 0 all proved, 1 some invariant violated, 2 bad input (one line on
+stderr, no traceback), 3 some verdict unknown (and none violated).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from mla_model.registry import REGISTRY_IDS, load_registry
+from mla_model.revisions import REVISIONS
+from mla_model.shape import Shape
+from spec.invariants import INVARIANT_BY_ID, INVARIANTS
+from spec.prover import DEFAULT_TIMEOUT_MS, PROVED, UNKNOWN, VIOLATED, CheckResult, check
+
+EXIT_OK, EXIT_VIOLATED, EXIT_BAD_INPUT, EXIT_UNKNOWN = 0, 1, 2, 3
+
+
+class BadInput(click.ClickException):
+    exit_code = EXIT_BAD_INPUT
+
+
+class OneLineErrors(click.Group):
+    """Every usage error becomes one line on stderr and exit status 2."""
+
+    def main(self, args: Any = None, prog_name: str | None = None, **kwargs: Any) -> Any:
+        try:
+            return super().main(args=args, prog_name=prog_name, standalone_mode=False, **kwargs)
+        except click.exceptions.Exit as e:
+            sys.exit(e.exit_code)
+        except click.Abort:
+            click.echo("mla-spec: error: aborted", err=True)
+            sys.exit(EXIT_BAD_INPUT)
+        except click.ClickException as e:
+            message = " ".join(e.format_message().split())
+            click.echo(f"mla-spec: error: {message}", err=True)
+            sys.exit(EXIT_BAD_INPUT if isinstance(e, (click.UsageError, BadInput)) else e.exit_code)
+
+
+@click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """Prove vLLM's ROCm AITER MLA decode routing correct, or show where it breaks."""
+
+
+def shape_summary(s: Shape) -> str:
+    parts = [s.arch, f"kv={s.kv_cache_dtype}", f"q={s.q_dtype}", f"heads={s.num_heads}", f"qlen={s.max_qo_len}"]
+    parts.append("no drafter" if s.spec_method == "none" else f"{s.spec_method} k={s.num_spec_tokens}")
+    defaults = Shape(arch=s.arch, kv_cache_dtype=s.kv_cache_dtype)
+    for name in ("asm_padding_mode", "gluon_build", "num_reqs", "dcp_world_size", "causal", "kv_cache_bytes"):
+        if getattr(s, name) != getattr(defaults, name):
+            parts.append(f"{name}={getattr(s, name)}")
+    return " ".join(parts)
+
+
+def _cell(r: CheckResult) -> str:
+    if r.verdict == PROVED:
+        return "[green]PROVED[/]"
+    if r.verdict == UNKNOWN:
+        return "[yellow]UNKNOWN[/]"
+    more = "" if r.complete else "+"
+    return f"[red]VIOLATED ({r.classes}{more})[/]"
+
+
+def _print_text(results: list[CheckResult], console: Console) -> None:
+    registries = list(dict.fromkeys(r.registry for r in results))
+    by_key = {(r.revision, r.registry, r.invariant): r for r in results}
+    table = Table(title="mla-spec check")
+    table.add_column("revision", style="bold", no_wrap=True)
+    table.add_column("invariant", no_wrap=True)
+    for reg in registries:
+        table.add_column(reg, no_wrap=True)
+    revisions = list(dict.fromkeys(r.revision for r in results))
+    invariants = list(dict.fromkeys(r.invariant for r in results))
+    for i, rev in enumerate(revisions):
+        for j, inv_id in enumerate(invariants):
+            cells = [_cell(by_key[(rev, reg, inv_id)]) if (rev, reg, inv_id) in by_key else "" for reg in registries]
+            table.add_row(rev if j == 0 else "", inv_id, *cells, end_section=(j == len(invariants) - 1))
+    console.print(table)
+    for r in results:
+        if r.verdict == VIOLATED:
+            inv = INVARIANT_BY_ID[r.invariant]
+            shown = f"{len(r.counterexamples)} class{'es' if len(r.counterexamples) != 1 else ''}"
+            console.print(f"\n[red]VIOLATED[/] [bold]{r.invariant}[/] on {r.revision} with {r.registry} "
+                          f"({shown}{'' if r.complete else ', more not enumerated'})")
+            console.print(f"  [dim]breaks in production as:[/] {inv.symptom}")
+            for c in r.counterexamples:
+                detail = c.symptom.split(" -> ")[0]
+                console.print(f"  - {shape_summary(c.shape)}  [cyan]->{c.route['path']}[/]  {detail}", soft_wrap=True)
+        elif r.verdict == UNKNOWN:
+            console.print(f"\n[yellow]UNKNOWN[/] {r.invariant} on {r.revision} with {r.registry}: {r.reason}")
+
+
+@main.command("check")
+@click.option("--revision", "revisions", multiple=True, type=click.Choice(list(REVISIONS)),
+              help="Gate revision to check (repeatable; default: all).")
+@click.option("--registry", "registries", multiple=True, type=click.Choice(list(REGISTRY_IDS)),
+              help="AITER registry to check against (repeatable; default: all).")
+@click.option("--invariant", "invariants", multiple=True, type=click.Choice(list(INVARIANT_BY_ID)),
+              help="Invariant to prove (repeatable; default: all).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--max-classes", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Counterexample classes to enumerate per violated invariant.")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=DEFAULT_TIMEOUT_MS / 1000, show_default=True,
+              help="Seconds per solver call; a timeout is UNKNOWN, never a pass.")
+def check_command(revisions, registries, invariants, fmt, max_classes, timeout) -> None:
+    """Prove or refute each routing and buffer-sizing invariant."""
+    results = [
+        check(rev, reg, INVARIANT_BY_ID[inv], max_classes=max_classes, timeout_ms=int(timeout * 1000))
+        for rev in (revisions or list(REVISIONS))
+        for reg in (registries or list(REGISTRY_IDS))
+        for inv in (invariants or list(INVARIANT_BY_ID))
+    ]
+    if fmt == "json":
+        click.echo(json.dumps({"results": [r.to_json() for r in results]}, indent=2))
+    else:
+        _print_text(results, Console(highlight=False))
+    verdicts = {r.verdict for r in results}
+    sys.exit(EXIT_VIOLATED if VIOLATED in verdicts else EXIT_UNKNOWN if UNKNOWN in verdicts else EXIT_OK)
+
+
+@main.command("list")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def list_command(fmt) -> None:
+    """List the gate revisions, AITER registries and invariants mla-spec knows."""
+    revisions = [
+        {"id": r.id, "title": r.title, "source": r.source,
+         "validity": [name for name, _ in r.rules(load_registry(REGISTRY_IDS[-1]))]}
+        for r in REVISIONS.values()
+    ]
+    registries = [{"id": i, "source": load_registry(i).source} for i in REGISTRY_IDS]
+    invariants = [{"id": i.id, "statement": i.statement, "symptom": i.symptom, "source": i.source,
+                   "pr_51011": i.pr_51011} for i in INVARIANTS]
+    if fmt == "json":
+        click.echo(json.dumps({"revisions": revisions, "registries": registries, "invariants": invariants}, indent=2))
+        return
+    console = Console(highlight=False)
+    for title, rows, cols in (
+        ("gate revisions", revisions, ("id", "title", "source")),
+        ("AITER registries", registries, ("id", "source")),
+        ("invariants", invariants, ("id", "statement")),
+    ):
+        table = Table(title=title, show_lines=True)
+        for c in cols:
+            table.add_column(c, no_wrap=(c == "id"))
+        for row in rows:
+            table.add_row(*[str(row[c]) for c in cols])
+        console.print(table)

@@ -1,0 +1,1 @@
+"""mla-spec executable model: the parameter space, gate revisions, AITER registry."""

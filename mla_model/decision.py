@@ -1,0 +1,43 @@
+"""A gate revision's route together with what the AITER registry makes of it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from mla_model.derived import kernel_kv_dtype
+from mla_model.logic import is_in
+from mla_model.registry import AsmLookup, GluonCheck, Registry, asm_lookup, gluon_check
+from mla_model.revisions.base import Revision
+from mla_model.route import ASM_PATHS, GLUON_PATHS, Route
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Everything the invariants read about one decode step."""
+
+    shape: Any
+    route: Route
+    asm: AsmLookup
+    gluon: GluonCheck
+
+    @property
+    def on_gluon(self) -> Any:
+        return is_in(self.route.path, GLUON_PATHS)
+
+    @property
+    def on_asm(self) -> Any:
+        return is_in(self.route.path, ASM_PATHS)
+
+
+def decide(revision: Revision, registry: Registry, s: Any) -> Decision:
+    route = revision.route(s, registry)
+    return Decision(
+        shape=s,
+        route=route,
+        asm=asm_lookup(registry, s.arch, route.request, s.num_reqs),
+        gluon=gluon_check(
+            registry, s.arch, s.gluon_build, s.q_dtype, kernel_kv_dtype(s), route.decode_heads,
+            route.gluon_batch_is_one,
+        ),
+    )

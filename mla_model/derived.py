@@ -1,0 +1,82 @@
+"""Values the engine derives from a Shape before the backend routes it (facts §1).
+
+Written with :mod:`mla_model.logic`, so each works on one Shape, on numpy
+arrays of shapes and on the prover's symbolic shape.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from mla_model.logic import all_of, choose, eq, if_then_else, iff, implies, is_in, maximum, ne, not_, product
+from mla_model.shape import DCP_WORLD_SIZES, FP8_KV_CACHE_DTYPES
+
+# MLA checkpoints carry at most 128 query heads (DeepSeek-V3/R1 128, Kimi-K3 96,
+# Kimi-K2 64), so the heads one rank decodes, after any DCP gather, are <= 128
+# (facts §8: H_rank in [1, 128]).
+MAX_MLA_QUERY_HEADS = 128
+
+# Drafters that force SpeculativeConfig.parallel_drafting (vllm/config/speculative.py,
+# facts §1.5).  The user-settable flag defaults to False and is not modelled.
+PARALLEL_DRAFTING_METHODS = ("dflash", "dspark")
+
+# Kernel-side dtype names (AITER's q_type/kv_type): the builder maps every fp8
+# cache dtype to aiter.dtypes.fp8, and "auto" is the bf16 model dtype.
+KERNEL_KV_DTYPES = ("bf16", "fp16", "fp8")
+
+
+def is_quantized_kv_cache(kv_cache_dtype: Any) -> Any:
+    """vLLM ``is_quantized_kv_cache``: exactly the fp8 spellings for this backend."""
+    return is_in(kv_cache_dtype, FP8_KV_CACHE_DTYPES)
+
+
+def spec_configured(s: Any) -> Any:
+    return ne(s.spec_method, "none")
+
+
+def parallel_drafting(s: Any) -> Any:
+    return is_in(s.spec_method, PARALLEL_DRAFTING_METHODS)
+
+
+def reorder_batch_threshold(s: Any, supports_dcp_with_varlen: Any = False) -> Any:
+    """``_init_reorder_batch_threshold`` (vllm/v1/attention/backend.py, facts §1.5).
+
+    ``max(1, 1 + (2 if parallel_drafting else 1) * k)`` when a drafter is
+    configured, else 1; forced to 1 when DCP > 1 and the builder does not
+    support DCP with varlen queries.
+    """
+    k = s.num_spec_tokens
+    drafted = 1 + if_then_else(parallel_drafting(s), 2 * k, k)
+    rbt = if_then_else(spec_configured(s), maximum(drafted, 1), 1)
+    return if_then_else(all_of(s.dcp_world_size > 1, not_(supports_dcp_with_varlen)), 1, rbt)
+
+
+def dcp_decode_heads(s: Any) -> Any:
+    """``_decode_num_heads`` of vLLM >= 0.29: heads per rank times the DCP size."""
+    return product(s.dcp_world_size, s.num_heads, a_hint=DCP_WORLD_SIZES)
+
+
+def kernel_kv_dtype(s: Any) -> Any:
+    """The KV dtype AITER sees: fp8 for every fp8 spelling, fp16 for float16, else bf16."""
+    return choose(
+        KERNEL_KV_DTYPES,
+        [(is_quantized_kv_cache(s.kv_cache_dtype), "fp8"), (eq(s.kv_cache_dtype, "float16"), "fp16")],
+        "bf16",
+    )
+
+
+def engine_rules(reorder_batch_threshold: Callable[[Any], Any]) -> list[tuple[str, Callable[[Any], Any]]]:
+    """The rules the engine enforces before the backend sees a shape, as ``(name, shape -> term)``."""
+    return [
+        ("a drafter iff speculative tokens", lambda s: iff(eq(s.spec_method, "none"), s.num_spec_tokens == 0)),
+        (
+            "scheduler: 1 <= max_qo_len <= reorder_batch_threshold",
+            lambda s: all_of(s.max_qo_len >= 1, s.max_qo_len <= reorder_batch_threshold(s)),
+        ),
+        (
+            "fp8 query only with an fp8 KV cache",
+            lambda s: implies(eq(s.q_dtype, "fp8"), is_quantized_kv_cache(s.kv_cache_dtype)),
+        ),
+        ("a Gluon build runs only on gfx950", lambda s: implies(s.gluon_build, eq(s.arch, "gfx950"))),
+        ("at most 128 MLA query heads after the DCP gather", lambda s: dcp_decode_heads(s) <= MAX_MLA_QUERY_HEADS),
+    ]

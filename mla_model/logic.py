@@ -1,0 +1,259 @@
+"""One gate definition, three interpretations.
+
+Every gate, derived value and invariant in mla-spec is written once against the
+small vocabulary below.  Each function looks at the type of its operands and
+evaluates them as
+
+* plain Python values (``bool``, ``int``, ``str``): one concrete shape;
+* numpy arrays: millions of shapes at once (exhaustive sweeps, cross-checks);
+* z3 terms: the symbolic shape the prover reasons about.
+
+This is the Rosette idea (the same program runs concretely and symbolically),
+so the model that is proved is the model that is executed.
+
+Enumerations (arch, kv-cache dtype, route path, ...) are plain strings in the
+Python interpretation.  In the numpy and z3 interpretations they are wrapped in
+:class:`EnumTerm`, which carries the enumeration's value list so that
+``is_in(term, ("fp8", "fp8_e4m3"))`` can translate names to codes.
+
+z3 is imported lazily: the GPU replay machine has no z3, and nothing there
+builds symbolic terms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import reduce
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+try:  # the GPU replay machine has no z3; only the prover needs it
+    import z3
+except ImportError:  # pragma: no cover - exercised on machines without z3
+    z3 = None
+
+
+@dataclass(frozen=True)
+class EnumTerm:
+    """A symbolic or vectorised value of an enumeration: codes index ``values``."""
+
+    values: tuple[str, ...]
+    term: Any  # numpy integer array or z3 Int
+
+    def code(self, name: str) -> int:
+        try:
+            return self.values.index(name)
+        except ValueError:
+            raise ValueError(f"{name!r} is not one of {self.values}") from None
+
+
+def _is_z3(x: Any) -> bool:
+    return z3 is not None and isinstance(x, z3.ExprRef)
+
+
+def _kind(*xs: Any) -> str:
+    """'z3', 'np' or 'py': the interpretation the operands ask for."""
+    kind = "py"
+    for x in xs:
+        if isinstance(x, EnumTerm):
+            x = x.term
+        if _is_z3(x):
+            return "z3"
+        if isinstance(x, np.ndarray):
+            kind = "np"
+    return kind
+
+
+# --- booleans -------------------------------------------------------------------------
+
+
+def all_of(*xs: Any) -> Any:
+    """Conjunction; ``all_of()`` is true."""
+    kind = _kind(*xs)
+    if kind == "z3":
+        return z3.And(*[_as_z3_bool(x) for x in xs]) if xs else z3.BoolVal(True)
+    if kind == "np":
+        return reduce(np.logical_and, xs)
+    return all(bool(x) for x in xs)
+
+
+def any_of(*xs: Any) -> Any:
+    """Disjunction; ``any_of()`` is false."""
+    kind = _kind(*xs)
+    if kind == "z3":
+        return z3.Or(*[_as_z3_bool(x) for x in xs]) if xs else z3.BoolVal(False)
+    if kind == "np":
+        return reduce(np.logical_or, xs)
+    return any(bool(x) for x in xs)
+
+
+def not_(x: Any) -> Any:
+    kind = _kind(x)
+    if kind == "z3":
+        return z3.Not(x)
+    if kind == "np":
+        return np.logical_not(x)
+    return not x
+
+
+def implies(a: Any, b: Any) -> Any:
+    return any_of(not_(a), b)
+
+
+def iff(a: Any, b: Any) -> Any:
+    return any_of(all_of(a, b), all_of(not_(a), not_(b)))
+
+
+def _as_z3_bool(x: Any) -> Any:
+    if _is_z3(x):
+        return x
+    if isinstance(x, (bool, np.bool_)):
+        return z3.BoolVal(bool(x))
+    raise TypeError(f"not a boolean: {x!r}")
+
+
+# --- choice ---------------------------------------------------------------------------
+
+
+def if_then_else(cond: Any, then: Any, other: Any) -> Any:
+    """``then`` where ``cond`` holds, else ``other`` (ints or booleans)."""
+    kind = _kind(cond, then, other)
+    if kind == "z3":
+        return z3.If(_as_z3_bool(cond), _lift_z3(then), _lift_z3(other))
+    if kind == "np":
+        return np.where(cond, then, other)
+    return then if cond else other
+
+
+def _lift_z3(x: Any) -> Any:
+    if _is_z3(x):
+        return x
+    if isinstance(x, (bool, np.bool_)):
+        return z3.BoolVal(bool(x))
+    return z3.IntVal(int(x))
+
+
+def choose(values: Sequence[str], cases: Iterable[tuple[Any, str]], default: str) -> Any:
+    """First-match selection of an enumeration value, like an ``if/elif/else`` chain.
+
+    ``cases`` are ``(condition, value)`` pairs tried in order; ``default`` is the
+    ``else``.  Returns a string (Python) or an :class:`EnumTerm` over ``values``.
+    """
+    values = tuple(values)
+    cases = list(cases)
+    kind = _kind(*[c for c, _ in cases])
+    if kind == "py":
+        for cond, value in cases:
+            if cond:
+                return value
+        return default
+    code = values.index
+    if kind == "np":
+        conds = [np.asarray(c, dtype=bool) for c, _ in cases]
+        shape = np.broadcast_shapes(*[c.shape for c in conds])
+        return EnumTerm(
+            values,
+            np.select(
+                [np.broadcast_to(c, shape) for c in conds],
+                [code(v) for _, v in cases],
+                default=code(default),
+            ).astype(np.int8),
+        )
+    term = z3.IntVal(code(default))
+    for cond, value in reversed(cases):
+        term = z3.If(_as_z3_bool(cond), z3.IntVal(code(value)), term)
+    return EnumTerm(values, term)
+
+
+# --- comparisons and membership ------------------------------------------------------
+
+
+def is_in(x: Any, members: Iterable[Any]) -> Any:
+    """Membership of an int or enumeration value in a finite set."""
+    members = tuple(members)
+    if isinstance(x, EnumTerm):
+        codes = [x.code(m) for m in members]
+        if _is_z3(x.term):
+            return z3.Or(*[x.term == c for c in codes]) if codes else z3.BoolVal(False)
+        return np.isin(x.term, codes)
+    if _is_z3(x):
+        return z3.Or(*[x == int(m) for m in members]) if members else z3.BoolVal(False)
+    if isinstance(x, np.ndarray):
+        return np.isin(x, members)
+    return x in members
+
+
+def eq(x: Any, value: Any) -> Any:
+    """Equality that also understands enumeration values."""
+    if isinstance(x, EnumTerm) or isinstance(x, str):
+        return is_in(x, (value,))
+    return x == value
+
+
+def ne(x: Any, value: Any) -> Any:
+    return not_(eq(x, value))
+
+
+# --- arithmetic -----------------------------------------------------------------------
+
+
+def maximum(a: Any, b: Any) -> Any:
+    return if_then_else(a >= b, a, b)
+
+
+def ceil_to_multiple(x: Any, n: int) -> Any:
+    """Smallest multiple of the constant ``n`` that is >= ``x`` (``x >= 0``)."""
+    if _kind(x) == "z3":
+        return ((x + (n - 1)) / n) * n  # z3 integer division floors for n > 0
+    return -(-x // n) * n
+
+
+def product(a: Any, b: Any, a_hint: Iterable[int] = ()) -> Any:
+    """``a * b``.
+
+    For z3 a product of two variables is non-linear arithmetic, where the solver
+    can answer ``unknown``.  When ``a`` is known to take one of few values,
+    ``a_hint`` lists them and the product is expanded into a case split
+    (``a == v -> v * b``), which is linear; values outside the hint still fall
+    back to the exact product, so the result is the product for every ``a``.
+    """
+    if _kind(a, b) != "z3":
+        return a * b
+    term = _lift_z3(a) * _lift_z3(b)
+    for v in sorted(set(a_hint), reverse=True):
+        term = z3.If(a == v, v * _lift_z3(b), term)
+    return term
+
+
+def product_in(a: Any, b: Any, keys: Iterable[int]) -> Any:
+    """``a * b in keys`` for positive ints ``a`` and ``b``.
+
+    For z3 this is written as a disjunction over the factorisations of each key
+    (``a == d and b == key // d``), which is exact for positive operands and
+    keeps the formula linear.
+    """
+    keys = sorted(set(int(k) for k in keys))
+    if _kind(a, b) != "z3":
+        return is_in(a * b, keys)
+    options = []
+    for key in keys:
+        for d in range(1, key + 1):
+            if key % d == 0:
+                options.append(z3.And(a == d, b == key // d))
+    return z3.Or(*options) if options else z3.BoolVal(False)
+
+
+def lookup_int(x: Any, table: dict[int, int], default: Any) -> Any:
+    """``table[x]`` where ``x`` is a key, else ``default``: a finite function given by its values."""
+    if _kind(x, default) == "py" and not isinstance(x, np.ndarray):
+        return table.get(x, default)
+    term = default
+    for key in sorted(table, reverse=True):
+        term = if_then_else(x == key, table[key], term)
+    return term
+
+
+def enum_values(x: Any) -> tuple[str, ...] | None:
+    """The value list of an enumeration term, or None for a plain value."""
+    return x.values if isinstance(x, EnumTerm) else None

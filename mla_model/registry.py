@@ -1,0 +1,302 @@
+"""The AITER side: what a given AITER release ships and how it resolves a call.
+
+A :class:`Registry` is read from one of our own TOML files under
+``mla_model/registry_data/`` (facts encoded from AITER's ``mla_asm.csv`` tables,
+``aiter/mla.py`` and ``csrc/py_itfs_cu/asm_mla.cu`` at a tag; each file names
+its source).  The resolution logic below follows AITER's, step by step
+(facts §3.2-3.7), and is written with :mod:`mla_model.logic` so that it runs
+on one request, on numpy arrays and under z3.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+from mla_model.logic import all_of, any_of, enum_values, eq, if_then_else, is_in, not_, product, product_in
+from mla_model.route import KernelRequest
+
+REGISTRY_IDS = ("aiter-0.1.19", "aiter-0.1.20")
+
+# Head counts AITER's persistent path may see (padded to multiples of 16 by vLLM).
+_PADDED_HEAD_HINT = tuple(range(16, 129, 16))
+
+
+@dataclass(frozen=True)
+class KernelRow:
+    """One decode row of an ``mla_asm.csv`` table (key -> code object)."""
+
+    arch: str
+    q: str
+    kv: str
+    gqa: int
+    ps: int
+    qseqlen: int
+    causal: int
+    lse: int
+    cprr: int
+    name: str
+
+
+@dataclass(frozen=True)
+class NativeRule:
+    """One clause of the persistent branch's "natively supported heads" test."""
+
+    heads: tuple[int, ...] = ()
+    arch: tuple[str, ...] = ()
+    q: str | None = None
+    kv: str | None = None
+    qlen: tuple[int, ...] = ()
+    qlen_min: int | None = None
+
+
+@dataclass(frozen=True)
+class Registry:
+    id: str
+    aiter_version: str
+    source: str
+    lookup_takes_causal: bool
+    fp8_ps_fold_16x4: bool
+    gfx950_fp8_gqa32_ps_min_qlen: int
+    persistent_max_batch: int
+    native_h24: bool
+    block_n_fp8: tuple[tuple[int, int], ...]
+    native: tuple[NativeRule, ...]
+    fold_heads: tuple[int, ...]
+    gluon_arch: str
+    gluon_max_heads: int
+    gluon_fp8_batched: bool
+    kernels: tuple[KernelRow, ...]
+
+    @property
+    def block_n_keys(self) -> tuple[int, ...]:
+        return tuple(k for k, _ in self.block_n_fp8)
+
+
+@lru_cache(maxsize=None)
+def load_registry(registry_id: str) -> Registry:
+    """The bundled registry with this id (``aiter-0.1.19`` or ``aiter-0.1.20``)."""
+    if registry_id not in REGISTRY_IDS:
+        raise KeyError(f"unknown registry {registry_id!r}; known: {', '.join(REGISTRY_IDS)}")
+    text = resources.files("mla_model.registry_data").joinpath(f"{registry_id}.toml").read_text()
+    return parse_registry(tomllib.loads(text))
+
+
+def parse_registry(data: dict[str, Any]) -> Registry:
+    gluon = data["gluon"]
+    return Registry(
+        id=data["id"],
+        aiter_version=data["aiter_version"],
+        source=data["source"],
+        lookup_takes_causal=bool(data["lookup_takes_causal"]),
+        fp8_ps_fold_16x4=bool(data["fp8_ps_fold_16x4"]),
+        gfx950_fp8_gqa32_ps_min_qlen=int(data["gfx950_fp8_gqa32_ps_min_qlen"]),
+        persistent_max_batch=int(data["persistent_max_batch"]),
+        native_h24=bool(data["native_h24"]),
+        block_n_fp8=tuple(sorted((int(k), int(v)) for k, v in data["block_n_fp8"].items())),
+        native=tuple(
+            NativeRule(
+                heads=tuple(r["heads"]),
+                arch=tuple(r.get("arch", ())),
+                q=r.get("q"),
+                kv=r.get("kv"),
+                qlen=tuple(r.get("qlen", ())),
+                qlen_min=r.get("qlen_min"),
+            )
+            for r in data["native"]
+        ),
+        fold_heads=tuple(data["fold_heads"]),
+        gluon_arch=gluon["arch"],
+        gluon_max_heads=int(gluon["max_heads"]),
+        gluon_fp8_batched=bool(gluon["fp8_batched"]),
+        kernels=tuple(KernelRow(**{**row, "cprr": row.get("cprr", 0)}) for row in data["kernel"]),
+    )
+
+
+# --- the ASM path -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AsmLookup:
+    """How AITER resolves an ASM request (facts §3.2, §3.4)."""
+
+    persistent: Any  # after AITER's own batch gate
+    block_n_lookup: Any  # AITER indexes get_block_n_fp8[m * Q'] (non-persistent fp8)
+    block_n_key_ok: Any  # ... and the key exists
+    fold_error: Any  # persistent head fold: assert "nhead=... not supported"
+    check_error: Any  # an AITER_CHECK in asm_mla.cu's normalisation
+    gqa: Any  # gqa' looked up in the table
+    qseqlen: Any  # qseqlen' looked up in the table
+    ps: Any  # ps' looked up in the table
+    causal: Any  # causal' looked up in the table
+    row_found: Any  # some row of the arch's table has that key
+
+    @property
+    def kernel_ok(self) -> Any:
+        """The request reaches a kernel: no assert, no AITER_CHECK, a row exists."""
+        return all_of(not_(self.fold_error), not_(self.check_error), self.row_found)
+
+
+def _native(reg: Registry, arch: Any, q: Any, kv: Any, m: Any, qlen: Any) -> Any:
+    clauses = []
+    for rule in reg.native:
+        terms = [is_in(m, rule.heads)] if rule.heads else []  # no heads listed: any head count
+        if rule.arch:
+            terms.append(is_in(arch, rule.arch))
+        if rule.q:
+            terms.append(eq(q, rule.q))
+        if rule.kv:
+            terms.append(eq(kv, rule.kv))
+        if rule.qlen:
+            terms.append(is_in(qlen, rule.qlen))
+        if rule.qlen_min is not None:
+            terms.append(qlen >= rule.qlen_min)
+        clauses.append(all_of(*terms))
+    return any_of(*clauses)
+
+
+def asm_lookup(reg: Registry, arch: Any, req: KernelRequest, num_reqs: Any) -> AsmLookup:
+    """Follow ``aiter.mla.mla_decode_fwd`` and ``asm_mla.cu`` for one request."""
+    q, kv, m, Q = req.q_dtype, req.kv_dtype, req.padded_heads, req.kernel_qlen
+    gfx950 = eq(arch, "gfx950")
+    bf16 = all_of(eq(q, "bf16"), eq(kv, "bf16"))
+    fp8 = all_of(eq(q, "fp8"), eq(kv, "fp8"))
+    bf16_q_fp8_kv = all_of(eq(q, "bf16"), eq(kv, "fp8"))
+
+    # §3.2.2: _use_persistent_mla_decode drops vLLM's metadata for big bf16 batches on gfx950.
+    dropped = all_of(req.persistent, gfx950, bf16, m == 16, Q == 1, num_reqs >= reg.persistent_max_batch)
+    ps = all_of(req.persistent, not_(dropped))
+
+    # §3.2.3: non-persistent fp8 indexes get_block_n_fp8[m * Q'].
+    block_n_lookup = all_of(not_(ps), eq(q, "fp8"))
+    block_n_key_ok = product_in(m, Q, reg.block_n_keys)
+
+    # §3.2.4: persistent heads that are not native are folded onto 16 heads.
+    fold = all_of(ps, not_(_native(reg, arch, q, kv, m, Q)))
+    fold_error = all_of(fold, not_(is_in(m, reg.fold_heads)))
+    g = if_then_else(fold, 16, m)
+
+    # §3.4: asm_mla.cu normalises (gqa, qseqlen) before the table lookup.
+    g8, g16, g32, g64, g128 = (g == 8), (g == 16), (g == 32), (g == 64), (g == 128)
+    qs = Q
+    qs = if_then_else(g128, 0, qs)
+    qs = if_then_else(all_of(bf16, g16, ps), if_then_else(Q <= 4, 4, Q), qs)
+    qs = if_then_else(all_of(bf16, g16, not_(ps)), if_then_else(Q == 1, 1, if_then_else(Q <= 4, 4, 8)), qs)
+    qs = if_then_else(all_of(bf16, g32, not_(ps)), 0, qs)
+    qs = if_then_else(all_of(bf16, g64, not_(ps)), if_then_else(Q == 1, 1, 0), qs)
+    qs = if_then_else(all_of(bf16_q_fp8_kv, g16, ps, Q <= 4), 4, qs)
+    fp8_g16_fold = all_of(fp8, g16, Q > 4, ps, gfx950)  # aiter #4258 q-row fold onto (32, 4)
+    qs = if_then_else(all_of(fp8, g16), if_then_else(Q <= 2, Q, 4), qs)
+    gqa_norm = if_then_else(fp8_g16_fold, 32, g)
+    qs = if_then_else(all_of(fp8, g32, ps, gfx950, Q >= reg.gfx950_fp8_gqa32_ps_min_qlen), 4, qs)
+    qs = if_then_else(all_of(fp8, g64, ps), if_then_else(Q == 1, 1, 4), qs)
+    check_error = any_of(
+        all_of(fp8, g16, Q > 4, not_(fp8_g16_fold)),
+        all_of(
+            fp8,
+            g32,
+            not_(any_of(
+                all_of(not_(ps), Q == 1),
+                all_of(ps, any_of(Q <= 2, all_of(gfx950, Q >= reg.gfx950_fp8_gqa32_ps_min_qlen))),
+            )),
+        ),
+        all_of(fp8, g64, not_(ps)),
+    )
+    ps_norm = if_then_else(all_of(bf16, g128, eq(arch, "gfx942")), False, ps)
+
+    # §3.4: gfx950 overrides, first match, on the request's own (gqa, Q).
+    gq = product(g, Q, a_hint=_PADDED_HEAD_HINT)
+    overrides = [
+        (all_of(gfx950, bf16, ps, any_of(gq >= 128, g > 64), g != 48), 32, 4),
+        (all_of(gfx950, bf16, ps, any_of(gq >= 64, g >= 16)), 64, 1),
+        (all_of(gfx950, fp8, ps, any_of(all_of(g32, Q >= 4), all_of(g64, Q >= 2), g128)), 32, 4),
+    ]
+    if reg.fp8_ps_fold_16x4:  # aiter #4521
+        overrides.append((
+            all_of(gfx950, fp8, ps, any_of(all_of(g16, is_in(Q, (3, 4))), all_of(g32, is_in(Q, (2, 3))), all_of(g64, Q == 1))),
+            16,
+            4,
+        ))
+    gqa_key, qs_key = gqa_norm, qs
+    for cond, og, oq in reversed(overrides):
+        gqa_key = if_then_else(cond, og, gqa_key)
+        qs_key = if_then_else(cond, oq, qs_key)
+
+    # §3.4: causal' is hard-coded 0 before 0.1.20; later the caller's, forced 1 at qlen 1.
+    causal_key = any_of(req.causal, Q == 1) if reg.lookup_takes_causal else False
+
+    # vLLM never passes an LSE buffer or g_kv_indptr on these paths, nor byte (sparse) KV.
+    q_domain, kv_domain = enum_values(q), enum_values(kv)
+    rows = [
+        r for r in reg.kernels
+        if r.lse == 0 and r.cprr == 0 and (q_domain is None or r.q in q_domain) and (kv_domain is None or r.kv in kv_domain)
+    ]
+    row_found = any_of(*[
+        all_of(
+            eq(arch, r.arch), eq(q, r.q), eq(kv, r.kv), gqa_key == r.gqa, ps_norm == bool(r.ps),
+            qs_key == r.qseqlen, causal_key == bool(r.causal),
+        )
+        for r in rows
+    ])
+    return AsmLookup(
+        persistent=ps,
+        block_n_lookup=block_n_lookup,
+        block_n_key_ok=block_n_key_ok,
+        fold_error=fold_error,
+        check_error=check_error,
+        gqa=gqa_key,
+        qseqlen=qs_key,
+        ps=ps_norm,
+        causal=causal_key,
+        row_found=row_found,
+    )
+
+
+def kernel_name(reg: Registry, arch: str, req: KernelRequest, lookup: AsmLookup) -> str | None:
+    """The code object a concrete request resolves to (first matching row), or None."""
+    if not lookup.kernel_ok:
+        return None
+    for r in reg.kernels:
+        if (
+            r.lse == 0 and r.cprr == 0 and r.arch == arch and r.q == req.q_dtype and r.kv == req.kv_dtype
+            and r.gqa == lookup.gqa and bool(r.ps) == bool(lookup.ps) and r.qseqlen == lookup.qseqlen
+            and bool(r.causal) == bool(lookup.causal)
+        ):
+            return r.name
+    return None
+
+
+# --- the Gluon path ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GluonCheck:
+    """What ``mla_gluon`` accepts (facts §3.7)."""
+
+    built: Any  # the wrapper imports and compiles (shape.gluon_build)
+    arch_ok: Any  # asserts gfx950
+    heads_ok: Any  # asserts nhead <= bound
+    dtype_ok: Any  # bf16 KV (bh16bn64) or fp8 e4m3fn KV (bh16bn128) with a bf16 query
+    batch_ok: Any  # bh16bn128 asserts batch_size == 1 before aiter #4480
+    serves_fp8: Any  # fp8 KV is read correctly at this batch (dtype and batch both ok)
+
+    @property
+    def runs(self) -> Any:
+        return all_of(self.built, self.arch_ok, self.heads_ok, self.dtype_ok, self.batch_ok)
+
+
+def gluon_check(reg: Registry, arch: Any, gluon_build: Any, q: Any, kv: Any, heads: Any, batch_is_one: Any) -> GluonCheck:
+    fp8_kv = eq(kv, "fp8")
+    dtype_ok = all_of(eq(q, "bf16"), is_in(kv, ("bf16", "fp8")))
+    batch_ok = any_of(not_(fp8_kv), bool(reg.gluon_fp8_batched), batch_is_one)
+    return GluonCheck(
+        built=gluon_build,
+        arch_ok=eq(arch, reg.gluon_arch),
+        heads_ok=all_of(heads >= 1, heads <= reg.gluon_max_heads),
+        dtype_ok=dtype_ok,
+        batch_ok=batch_ok,
+        serves_fp8=all_of(eq(q, "bf16"), batch_ok),
+    )

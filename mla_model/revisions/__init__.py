@@ -1,0 +1,17 @@
+"""The shipped gate revisions, by id."""
+
+from __future__ import annotations
+
+from mla_model.revisions import main_pre_51011, vllm_027, vllm_028, vllm_034
+from mla_model.revisions.base import Revision
+
+REVISIONS: dict[str, Revision] = {
+    r.id: r for r in (vllm_027.REVISION, main_pre_51011.REVISION, vllm_028.REVISION, vllm_034.REVISION)
+}
+
+
+def get_revision(revision_id: str) -> Revision:
+    try:
+        return REVISIONS[revision_id]
+    except KeyError:
+        raise KeyError(f"unknown revision {revision_id!r}; known: {', '.join(REVISIONS)}") from None

@@ -1,0 +1,102 @@
+"""What a gate revision is, and the pieces several revisions share.
+
+A revision is data plus small pure functions: its gates (named as in vLLM),
+composed into a :class:`~mla_model.route.Route` by ``route``.  Adding the next
+revision is one new module that builds a :class:`Revision`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+Rule = tuple[str, Callable[[Any], Any]]  # (name, shape -> term)
+
+from mla_model.derived import engine_rules, kernel_kv_dtype
+from mla_model.logic import all_of, any_of, choose, if_then_else, is_in, maximum
+from mla_model.registry import Registry
+from mla_model.route import HEAD_PADDINGS, PATHS, KernelRequest, Route
+
+# AiterMLAHelper constants (vLLM 0.27.0 on).
+_AITER_MIN_MLA_HEADS = 16
+# AiterMLAHelper._ASM_PADDED_MAX_PS_QLEN (vLLM 0.28.0 on).
+_ASM_PADDED_MAX_PS_QLEN = 4
+
+
+@dataclass(frozen=True)
+class Revision:
+    """One known revision of the routing code in rocm_aiter_mla.py."""
+
+    id: str
+    title: str
+    source: str
+    route: Callable[[Any, Registry], Route]
+    reorder_batch_threshold: Callable[[Any], Any]
+    is_valid_num_heads: Callable[[Any], Any]
+    scope: Callable[[Registry], list[Rule]] = lambda reg: []
+
+    def rules(self, reg: Registry) -> list[Rule]:
+        """Engine rules, this revision's head validity and the modelled scope."""
+        return [
+            *engine_rules(self.reorder_batch_threshold),
+            ("is_valid_num_heads(num_heads)", lambda s: self.is_valid_num_heads(s.num_heads)),
+            *self.scope(reg),
+        ]
+
+    def validity(self, s: Any, reg: Registry) -> list[tuple[str, Any]]:
+        """Each validity rule evaluated on ``s``, as (name, term)."""
+        return [(name, rule(s)) for name, rule in self.rules(reg)]
+
+    def is_valid(self, s: Any, reg: Registry) -> Any:
+        return all_of(*[term for _, term in self.validity(s, reg)])
+
+
+def causal_only(reg: Registry) -> list[Rule]:
+    """Scope of revisions before vLLM 0.30: every decode block is causal (``causal`` arrives in 0.30)."""
+    return [("causal decode only (non-causal blocks arrive in vLLM 0.30)", lambda s: s.causal)]
+
+
+def divides_16(h: Any) -> Any:
+    """``16 % h == 0`` for ``h >= 1``, written as membership (exact, and linear for z3)."""
+    return is_in(h, (1, 2, 4, 8, 16))
+
+
+def is_valid_num_heads_pre_029(h: Any) -> Any:
+    """``AiterMLAHelper.is_valid_num_heads`` in vLLM 0.27-0.28: ``h > 0 and (h < 16 or h % 16 == 0)``."""
+    return all_of(h > 0, any_of(h < _AITER_MIN_MLA_HEADS, h % _AITER_MIN_MLA_HEADS == 0))
+
+
+def get_actual_mla_num_heads_pre_029(h: Any) -> Any:
+    """``get_actual_mla_num_heads`` before vLLM 0.29: ``max(h, 16)``."""
+    return maximum(h, _AITER_MIN_MLA_HEADS)
+
+
+def whitelist_mtp_decode_qlen(s: Any) -> Any:
+    """``_mtp_decode_qlen`` before #51011: ``k + 1`` for ``mtp``/``deepseek_mtp`` drafters only, else 1."""
+    return if_then_else(is_in(s.spec_method, ("mtp", "deepseek_mtp")), s.num_spec_tokens + 1, 1)
+
+
+def padding_of(h: Any, m: Any, divisor: Any) -> Any:
+    """Which get_mla_padded_q branch runs: none at m == h, repeat_interleave for divisors, else tile."""
+    return choose(HEAD_PADDINGS, [(h == m, "none"), (divisor, "repeat_interleave")], "tile")
+
+
+def asm_request(s: Any, m: Any, persistent: Any, causal: Any) -> KernelRequest:
+    return KernelRequest(
+        q_dtype=s.q_dtype,
+        kv_dtype=kernel_kv_dtype(s),
+        padded_heads=m,
+        kernel_qlen=s.max_qo_len,
+        persistent=persistent,
+        causal=causal,
+    )
+
+
+def forward_path(gd: Any, gv: Any, persistent: Any, triton_verify: Any = False) -> Any:
+    """forward_mqa's order: Gluon decode, Gluon verify, [Triton verify], else ASM."""
+    return choose(
+        PATHS,
+        [(gd, "gluon_decode"), (gv, "gluon_verify"), (triton_verify, "triton_verify"), (persistent, "asm_persistent")],
+        "asm_nonpersistent",
+    )
+

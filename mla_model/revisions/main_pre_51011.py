@@ -1,0 +1,88 @@
+"""Gate revision ``main-pre-51011``: vLLM main just before #51011 (after #50578).
+
+Never released.  Reconstructed in facts §2(a) from the pristine side of the
+#51011 diff (V-NET), #50578's head commit c5d4f2f6 (V-50578H) and the PR texts:
+#50578 (merged d8eabdbf, 2026-08-06) gated small-head Gluon decode behind
+gfx950 and the ``VLLM_ROCM_AITER_MLA_ASM_PADDING`` mode and tiled non-divisor
+head counts onto the ASM kernel; the verify branch stayed inline in
+``forward_mqa`` (gfx950-gated, no dtype or mode check); ``_mtp_decode_qlen``
+and the persistent gate are those of 0.27.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mla_model.derived import reorder_batch_threshold
+from mla_model.logic import all_of, any_of, eq, ne
+from mla_model.registry import Registry
+from mla_model.revisions.base import (
+    causal_only,
+    Revision,
+    asm_request,
+    divides_16,
+    forward_path,
+    get_actual_mla_num_heads_pre_029,
+    is_valid_num_heads_pre_029,
+    padding_of,
+    whitelist_mtp_decode_qlen,
+)
+from mla_model.route import Route
+
+
+def _gluon_mla_decode_supported(s: Any) -> Any:
+    """``on_gfx950()``: the CDNA3 LDS (64 KiB) cannot hold Gluon's ~160 KiB tiling."""
+    return eq(s.arch, "gfx950")
+
+
+def use_gluon_decode(num_heads: Any, max_qo_len: Any, s: Any) -> Any:
+    """``AiterMLAHelper.use_gluon_decode(num_heads, max_qo_len)`` after #50578."""
+    mode = s.asm_padding_mode  # _aiter_mla_small_head_mode()
+    return all_of(
+        num_heads < 16,
+        max_qo_len == 1,
+        ne(mode, "asm"),
+        _gluon_mla_decode_supported(s),
+        any_of(eq(mode, "gluon"), divides_16(num_heads)),
+    )
+
+
+def use_gluon_verify(num_heads: Any, max_qo_len: Any, s: Any) -> Any:
+    """forward_mqa's inline verify branch: ``num_heads < 16 and max_qo_len > 1`` on gfx950."""
+    return all_of(num_heads < 16, max_qo_len > 1, _gluon_mla_decode_supported(s))
+
+
+def route(s: Any, reg: Registry) -> Route:
+    heads, qlen = s.num_heads, s.max_qo_len
+    gd = use_gluon_decode(heads, qlen, s)
+    gv = use_gluon_verify(heads, qlen, s)
+    mtp_decode_qlen = whitelist_mtp_decode_qlen(s)
+    wants = heads >= 16
+    persistent = all_of(wants, qlen >= 1, qlen <= mtp_decode_qlen)
+    m = get_actual_mla_num_heads_pre_029(heads)
+    return Route(
+        path=forward_path(gd, gv, persistent),
+        use_gluon_decode=gd,
+        use_gluon_verify=gv,
+        use_persistent_metadata=persistent,
+        wants_persistent_metadata=wants,
+        mtp_decode_qlen=mtp_decode_qlen,
+        decode_heads=heads,
+        head_padding=padding_of(heads, m, divides_16(heads)),
+        padded_q_heads=m,  # repeat_interleave for divisors of 16, tile + slice otherwise
+        request=asm_request(s, m, persistent, causal=True),
+        gluon_batch_is_one=all_of(s.num_reqs == 1, qlen == 1),
+        kv_scale_passed=False,
+        vllm_raises=False,
+    )
+
+
+REVISION = Revision(
+    id="main-pre-51011",
+    title="vLLM main after #50578, before #51011 (unreleased)",
+    source="facts §2(a): #50578 d8eabdbf + pristine side of the #51011 diff",
+    route=route,
+    reorder_batch_threshold=reorder_batch_threshold,
+    is_valid_num_heads=is_valid_num_heads_pre_029,
+    scope=causal_only,
+)

@@ -1,0 +1,74 @@
+"""Gate revision ``vllm-0.27``: vLLM 0.27.0 / 0.27.1, the release before the fix.
+
+Source: ``vllm/v1/attention/backends/mla/rocm_aiter_mla.py`` of vLLM 0.27.0
+(48,502 B, md5 8213c41c; 0.27.1 is byte-identical), i.e. main before #50578
+and #51011 (shared/reference/vllm_releases.md §2-§3 revision (b); facts §2(a)
+first paragraph).  Line numbers below are that file's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mla_model.derived import reorder_batch_threshold
+from mla_model.logic import all_of, choose, if_then_else, lookup_int
+from mla_model.registry import Registry
+from mla_model.revisions.base import (
+    causal_only,
+    Revision,
+    asm_request,
+    forward_path,
+    get_actual_mla_num_heads_pre_029,
+    is_valid_num_heads_pre_029,
+    whitelist_mtp_decode_qlen,
+)
+from mla_model.route import HEAD_PADDINGS, Route
+
+# repeat_interleave(16 // h) yields h * (16 // h) heads: 16 only for divisors of 16.
+_REPEAT_INTERLEAVE_HEADS = {h: h * (16 // h) for h in range(1, 16)}
+
+
+def use_gluon_decode(num_heads: Any, max_qo_len: Any) -> Any:
+    """L829: ``num_heads < 16 and max_qo_len == 1``; no arch, dtype or mode check."""
+    return all_of(num_heads < 16, max_qo_len == 1)
+
+
+def use_gluon_verify(num_heads: Any, max_qo_len: Any) -> Any:
+    """forward_mqa L1116, inline: ``self.num_heads < 16 and max_qo_len > 1``."""
+    return all_of(num_heads < 16, max_qo_len > 1)
+
+
+def route(s: Any, reg: Registry) -> Route:
+    heads, qlen = s.num_heads, s.max_qo_len
+    gd = use_gluon_decode(heads, qlen)
+    gv = use_gluon_verify(heads, qlen)
+    mtp_decode_qlen = whitelist_mtp_decode_qlen(s)  # L231-238
+    wants = heads >= 16  # L657
+    persistent = all_of(wants, qlen >= 1, qlen <= mtp_decode_qlen)
+    m = get_actual_mla_num_heads_pre_029(heads)
+    return Route(
+        path=forward_path(gd, gv, persistent),
+        use_gluon_decode=gd,
+        use_gluon_verify=gv,
+        use_persistent_metadata=persistent,
+        wants_persistent_metadata=wants,
+        mtp_decode_qlen=mtp_decode_qlen,
+        decode_heads=heads,
+        head_padding=choose(HEAD_PADDINGS, [(heads >= 16, "none")], "repeat_interleave"),
+        padded_q_heads=if_then_else(heads >= 16, heads, lookup_int(heads, _REPEAT_INTERLEAVE_HEADS, heads)),
+        request=asm_request(s, m, persistent, causal=True),
+        gluon_batch_is_one=all_of(s.num_reqs == 1, qlen == 1),
+        kv_scale_passed=False,  # both Gluon calls pass kv_scale=1.0
+        vllm_raises=False,
+    )
+
+
+REVISION = Revision(
+    id="vllm-0.27",
+    title="vLLM 0.27.0/0.27.1: before #50578 and #51011",
+    source="vllm==0.27.0 rocm_aiter_mla.py (md5 8213c41c), L231-238, L657, L829, L1116",
+    route=route,
+    reorder_batch_threshold=reorder_batch_threshold,
+    is_valid_num_heads=is_valid_num_heads_pre_029,
+    scope=causal_only,
+)

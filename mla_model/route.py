@@ -1,0 +1,81 @@
+"""What a gate revision decides for one decode step: the :class:`Route`.
+
+A Route's fields are plain values for one Shape, numpy arrays for a sweep and
+z3 terms for the prover (see :mod:`mla_model.logic`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from mla_model.logic import EnumTerm
+
+# Where forward_mqa sends the step, in vLLM's own order of tests.
+PATHS = (
+    "gluon_decode",  # AITER Gluon kernel, one query token (use_gluon_decode)
+    "gluon_verify",  # AITER Gluon kernel, multi-token verify (use_gluon_verify)
+    "triton_verify",  # vLLM >= 0.34 CDNA3 causal verify on a Triton kernel
+    "asm_persistent",  # AITER ASM kernel with vLLM's persistent work metadata
+    "asm_nonpersistent",  # AITER ASM kernel, AITER computes its own split metadata
+)
+GLUON_PATHS = ("gluon_decode", "gluon_verify")
+ASM_PATHS = ("asm_persistent", "asm_nonpersistent")
+
+# How get_mla_padded_q brings the query to the kernel's head count.
+HEAD_PADDINGS = ("none", "repeat_interleave", "tile")
+
+
+@dataclass(frozen=True)
+class KernelRequest:
+    """What vLLM hands ``aiter.mla.mla_decode_fwd`` on an ASM path."""
+
+    q_dtype: Any  # "bf16" | "fp8"
+    kv_dtype: Any  # "bf16" | "fp16" | "fp8"
+    padded_heads: Any  # m: the head count the kernel is launched with
+    kernel_qlen: Any  # Q': max_seqlen_q passed to AITER
+    persistent: Any  # vLLM passes work metadata (use_persistent_metadata)
+    causal: Any  # the causal flag AITER sees (True where vLLM does not pass one)
+
+
+@dataclass(frozen=True)
+class Route:
+    """The routing decision of one gate revision for one decode step."""
+
+    path: Any  # one of PATHS
+    use_gluon_decode: Any
+    use_gluon_verify: Any
+    use_persistent_metadata: Any  # the builder's persistent-metadata gate
+    wants_persistent_metadata: Any  # that gate without its 1 <= qlen <= _mtp_decode_qlen clause
+    mtp_decode_qlen: Any  # _mtp_decode_qlen: the qlen the persistent buffers are sized for
+    decode_heads: Any  # the head count the predicates are called with
+    head_padding: Any  # one of HEAD_PADDINGS
+    padded_q_heads: Any  # heads after get_mla_padded_q (equals padded_heads when correct)
+    request: KernelRequest
+    gluon_batch_is_one: Any  # the Gluon kernel sees batch size 1 (the verify flatten makes R*Q rows)
+    kv_scale_passed: bool  # the cache's KV scale reaches a Gluon kernel (False: hard-coded 1.0)
+    vllm_raises: Any  # vLLM itself raises before any kernel runs
+    builder_use_gluon_verify: Any = None  # None where the builder never evaluates verify
+
+    def to_json(self) -> dict[str, Any]:
+        """The route of one concrete Shape as JSON-ready plain values."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, KernelRequest):
+                out[f.name] = {g.name: _plain(getattr(value, g.name)) for g in fields(value)}
+            else:
+                out[f.name] = _plain(value)
+        return out
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, EnumTerm):
+        raise TypeError("to_json needs a concrete route (evaluate on a Shape)")
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    return value

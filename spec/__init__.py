@@ -1,0 +1,1 @@
+"""mla-spec specification layer: invariants, the z3 prover and the brute-force cross-check."""

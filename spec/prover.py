@@ -1,0 +1,268 @@
+"""The prover: PROVED, VIOLATED (with counterexample classes) or UNKNOWN.
+
+For one (revision, registry, invariant) the question is whether some shape
+that the engine accepts (the validity rules) breaks the invariant.  z3 answers
+over unbounded integers:
+
+* unsat: PROVED.
+* sat: VIOLATED.  Counterexamples are then enumerated as distinct classes
+  (blocking clauses projected on the class view, see :mod:`spec.view`), and
+  within each class z3's Optimize picks the smallest heads, then qlen, then
+  speculative tokens.  Every counterexample is re-executed through the plain
+  Python interpretation before it is reported; a disagreement is a bug in
+  mla-spec and raises :class:`ProverDisagreement`.
+* unknown (timeout, or the solver gives up): UNKNOWN.  Never a pass.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import z3
+
+from mla_model.decision import Decision, decide
+from mla_model.logic import EnumTerm
+from mla_model.registry import Registry, load_registry
+from mla_model.revisions import get_revision
+from mla_model.revisions.base import Revision
+from mla_model.shape import ARCHS, FIELD_BY_NAME, GIB, Shape
+from spec.invariants import Invariant
+from spec.symbolic import SymbolicShape, box_constraints, symbolic_shape
+from spec.symptoms import describe_violation
+from spec.view import view_terms
+
+PROVED, VIOLATED, UNKNOWN = "PROVED", "VIOLATED", "UNKNOWN"
+DEFAULT_TIMEOUT_MS = 30_000
+
+# Within a class, minimise these in order (the smallest shape a maintainer can read).
+# Enums last: their first spelling within the class (fp8 before fp8_e4m3, mtp before deepseek_mtp).
+_MINIMISE = (
+    "num_heads", "max_qo_len", "num_spec_tokens", "num_reqs", "dcp_world_size",
+    "kv_cache_dtype", "spec_method", "asm_padding_mode",
+)
+
+
+class ProverDisagreement(AssertionError):
+    """z3 produced a counterexample that the Python interpretation does not confirm."""
+
+
+@dataclass(frozen=True)
+class Counterexample:
+    shape: Shape
+    route: dict[str, Any]
+    symptom: str
+    view: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"shape": self.shape.to_json(), "route": self.route, "symptom": self.symptom}
+
+
+@dataclass
+class CheckResult:
+    revision: str
+    registry: str
+    invariant: str
+    verdict: str
+    seconds: float
+    counterexamples: list[Counterexample] = field(default_factory=list)
+    classes: int = 0  # counterexample classes found
+    complete: bool = True  # every class was enumerated (False when --max-classes cut it short)
+    reason: str = ""  # why UNKNOWN
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "revision": self.revision,
+            "registry": self.registry,
+            "invariant": self.invariant,
+            "verdict": self.verdict,
+            "seconds": round(self.seconds, 4),
+            "classes": self.classes,
+            "complete": self.complete,
+            **({"reason": self.reason} if self.reason else {}),
+            "counterexamples": [c.to_json() for c in self.counterexamples],
+        }
+
+
+@dataclass(frozen=True)
+class Problem:
+    """The symbolic decision of one (revision, registry), shared by all invariants."""
+
+    revision: Revision
+    registry: Registry
+    symbolic: SymbolicShape
+    decision: Decision
+    constraints: tuple[Any, ...]  # field domains and validity rules
+
+
+def _resolve(revision: str | Revision, registry: str | Registry) -> tuple[Revision, Registry]:
+    return (
+        get_revision(revision) if isinstance(revision, str) else revision,
+        load_registry(registry) if isinstance(registry, str) else registry,
+    )
+
+
+@lru_cache(maxsize=None)
+def _problem(revision: Revision, registry: Registry) -> Problem:
+    sym = symbolic_shape()
+    d = decide(revision, registry, sym.view)
+    validity = [term for _, term in revision.validity(sym.view, registry)]
+    return Problem(revision, registry, sym, d, tuple(sym.domain + [_z3(t) for t in validity]))
+
+
+def problem(revision: str | Revision, registry: str | Registry) -> Problem:
+    """The symbolic decision of a revision (id or object) against a registry (id or object)."""
+    return _problem(*_resolve(revision, registry))
+
+
+def _z3(term: Any) -> Any:
+    if isinstance(term, EnumTerm):
+        return term.term
+    if isinstance(term, bool):
+        return z3.BoolVal(term)
+    return term
+
+
+def _view_key(view: dict[str, Any], model: z3.ModelRef) -> tuple:
+    key = []
+    for name, term in view.items():
+        value = model.eval(_z3(term), model_completion=True)
+        if isinstance(term, EnumTerm):
+            key.append((name, term.values[value.as_long()]))
+        else:
+            key.append((name, z3.is_true(value)))
+    return tuple(key)
+
+
+def _view_equals(view: dict[str, Any], key: tuple) -> Any:
+    terms = []
+    for name, value in key:
+        term = view[name]
+        if isinstance(term, EnumTerm):
+            terms.append(term.term == term.code(value))
+        else:
+            terms.append(_z3(term) == z3.BoolVal(value))
+    return z3.And(*terms)
+
+
+def _minimal_model(p: Problem, violated: Any, class_is: Any, timeout_ms: int) -> z3.ModelRef | None:
+    """The smallest counterexample of a class: lexicographic descent on _MINIMISE.
+
+    Each objective is bisected with an incremental solver and then pinned, which
+    is several times faster here than z3's Optimize.  Remaining fields then take
+    their defaults where the class allows it (fewest surprises for a reader).
+    """
+    s = z3.Solver()
+    s.set("timeout", timeout_ms)
+    s.add(*p.constraints, violated, class_is)
+    if s.check() != z3.sat:
+        return None
+    model = s.model()
+    v = p.symbolic.variables
+    for name in _MINIMISE:
+        var = v[name]
+        lo, hi = FIELD_BY_NAME[name].minimum, model.eval(var, model_completion=True).as_long()
+        while lo < hi:
+            mid = (lo + hi) // 2
+            s.push()
+            s.add(var <= mid)
+            answer = s.check()
+            if answer == z3.sat:
+                model = s.model()
+                hi = model.eval(var).as_long()
+            s.pop()
+            if answer == z3.unknown:
+                return None
+            if answer == z3.unsat:
+                lo = mid + 1
+        s.add(var == hi)
+    gfx950 = ARCHS.index("gfx950")
+    preferred = [
+        v["gluon_build"] == (v["arch"] == gfx950),  # the default: a Gluon build exactly on gfx950
+        v["kv_cache_bytes"] == GIB,
+        z3.Not(v["full_cudagraph"]),
+    ]
+    while preferred:
+        answer = s.check(*preferred)
+        if answer == z3.sat:
+            return s.model()
+        if answer == z3.unknown:
+            return None
+        core = {str(c) for c in s.unsat_core()}
+        kept = [c for c in preferred if str(c) not in core]
+        preferred = kept if len(kept) < len(preferred) else preferred[:-1]
+    return model if s.check() == z3.sat and (model := s.model()) else None
+
+
+def _confirm(p: Problem, inv: Invariant, shape: Shape) -> Decision:
+    """Re-run a counterexample through the Python interpretation; it must be valid and violating."""
+    d = decide(p.revision, p.registry, shape)
+    if not p.revision.is_valid(shape, p.registry):
+        broken = [name for name, ok in p.revision.validity(shape, p.registry) if not ok]
+        raise ProverDisagreement(f"{p.revision.id}/{p.registry.id}/{inv.id}: z3 counterexample {shape} is invalid ({broken})")
+    if inv.holds(d):
+        raise ProverDisagreement(f"{p.revision.id}/{p.registry.id}/{inv.id}: z3 counterexample {shape} satisfies the invariant")
+    return d
+
+
+def check(
+    revision: str | Revision,
+    registry: str | Registry,
+    inv: Invariant,
+    max_classes: int | None = None,
+    timeout_ms: int = DEFAULT_TIMEOUT_MS,
+    within_box: bool = False,
+) -> CheckResult:
+    """Prove or refute one invariant for one gate revision against one AITER registry.
+
+    ``within_box`` restricts the search to the brute-force box (for the cross-check).
+    """
+    start = time.perf_counter()
+    p = problem(revision, registry)
+    violated = z3.Not(_z3(inv.holds(p.decision)))
+    if within_box:
+        violated = z3.And(violated, *box_constraints(p.symbolic.variables))
+    view = view_terms(p.decision, inv.view)
+    solver = z3.Solver()
+    solver.set("timeout", timeout_ms)
+    solver.add(*p.constraints, violated)
+    result = CheckResult(p.revision.id, p.registry.id, inv.id, PROVED, 0.0)
+
+    keys: list[tuple] = []
+    while True:
+        answer = solver.check()
+        if answer == z3.unsat:
+            break
+        if answer == z3.unknown:
+            result.complete = False
+            result.reason = f"z3: {solver.reason_unknown()}"
+            if not keys:
+                result.verdict = UNKNOWN
+            break
+        if max_classes is not None and len(keys) >= max_classes:
+            result.complete = False  # at least one more class exists
+            break
+        key = _view_key(view, solver.model())
+        keys.append(key)
+        solver.add(z3.Not(_view_equals(view, key)))
+
+    if keys:
+        result.verdict = VIOLATED
+        result.classes = len(keys)
+        for key in keys:
+            model = _minimal_model(p, violated, _view_equals(view, key), timeout_ms)
+            if model is None:
+                result.complete = False
+                result.reason = "z3 could not minimise a counterexample within the time limit"
+                continue
+            shape = p.symbolic.to_shape(model)
+            d = _confirm(p, inv, shape)
+            result.counterexamples.append(
+                Counterexample(shape, d.route.to_json(), describe_violation(inv, d, p.registry), dict(key))
+            )
+        result.counterexamples.sort(key=lambda c: (c.shape.num_heads, c.shape.max_qo_len, c.shape.num_spec_tokens,
+                                                   sorted(c.view.items(), key=str)))
+    result.seconds = time.perf_counter() - start
+    return result

@@ -1,0 +1,60 @@
+"""Every invariant ships with a known-bad gate that must fail it (tlaplus/Examples' manifest idea).
+
+Several invariants hold on every shipped revision, so without these gates
+nothing would show they can fail at all.  Each known-bad gate is a one-line
+edit to a shipped revision of the kind a maintainer could make; the prover
+must report it VIOLATED, while the unedited revision stays as it is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from mla_model.logic import choose, eq
+from mla_model.revisions import main_pre_51011, vllm_027, vllm_028
+from mla_model.revisions.base import whitelist_mtp_decode_qlen
+from mla_model.shape import KV_CACHE_DTYPES
+from spec.invariants import INVARIANT_BY_ID, INVARIANTS
+from spec.prover import PROVED, VIOLATED, check
+
+_verify_028 = vllm_028.use_gluon_verify
+
+# invariant -> (module, attribute, replacement): the one-line edit that breaks it
+KNOWN_BAD = {
+    "fp8-never-reaches-gluon": (vllm_028, "use_gluon_decode",  # the #51011 dtype guard dropped
+                                lambda h, q, dt, s: main_pre_51011.use_gluon_decode(h, q, s)),
+    "gluon-fp8-batch-one": (vllm_028, "use_gluon_decode",
+                            lambda h, q, dt, s: main_pre_51011.use_gluon_decode(h, q, s)),
+    "gluon-only-where-built": (vllm_028, "_gluon_mla_decode_supported", lambda s: True),  # arch guard dropped
+    "kernel-exists": (vllm_028, "_ASM_PADDED_MAX_PS_QLEN", 8),  # off by one past the bf16 qlen-4 kernels
+    "total": (vllm_028, "_ASM_PADDED_MAX_PS_QLEN", 8),
+    "block-n-key-exists": (vllm_028, "reorder_batch_threshold", whitelist_mtp_decode_qlen),  # whitelist restored
+    "metadata-covers-qlen": (vllm_028, "reorder_batch_threshold", whitelist_mtp_decode_qlen),
+    "builder-impl-agree": (vllm_028, "builder_kv_cache_dtype",  # builder only normalises the "fp8" spelling
+                           lambda s: choose(KV_CACHE_DTYPES, [(eq(s.kv_cache_dtype, "fp8"), "fp8")], "auto")),
+    "decode-verify-disjoint": (vllm_028, "use_gluon_verify",  # verify forgets its qlen > 1 test
+                               lambda h, q, dt, s: _verify_028(h, 2, dt, s)),
+    "head-padding-round-trips": (vllm_027, "use_gluon_verify",  # 0.27 sends small-head verify to ASM
+                                 lambda h, q: False),
+}
+
+
+def test_every_invariant_has_a_known_bad_gate():
+    assert set(KNOWN_BAD) == {inv.id for inv in INVARIANTS}
+
+
+@pytest.mark.parametrize("invariant_id", sorted(KNOWN_BAD))
+def test_known_bad_gate_is_violated(invariant_id, monkeypatch):
+    module, attribute, replacement = KNOWN_BAD[invariant_id]
+    monkeypatch.setattr(module, attribute, replacement)
+    bad = dataclasses.replace(module.REVISION, id=f"known-bad:{invariant_id}")
+    result = check(bad, "aiter-0.1.19", INVARIANT_BY_ID[invariant_id], max_classes=2)
+    assert result.verdict == VIOLATED, invariant_id
+
+
+@pytest.mark.parametrize("invariant_id", sorted(i for i in KNOWN_BAD if INVARIANT_BY_ID[i].pr_51011))
+def test_the_unedited_revision_proves_it(invariant_id):
+    module = KNOWN_BAD[invariant_id][0]
+    assert check(module.REVISION, "aiter-0.1.19", INVARIANT_BY_ID[invariant_id]).verdict == PROVED

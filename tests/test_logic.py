@@ -1,0 +1,65 @@
+"""The logic vocabulary means the same thing in Python, numpy and z3."""
+
+from __future__ import annotations
+
+import numpy as np
+import z3
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mla_model.logic import (
+    EnumTerm, all_of, any_of, ceil_to_multiple, choose, if_then_else, is_in, lookup_int, maximum, not_, product,
+    product_in,
+)
+
+small = st.integers(1, 300)
+
+
+def z3_value(term, **env):
+    x = z3.Int("x")
+    y = z3.Int("y")
+    s = z3.Solver()
+    s.add(x == env.get("x", 0), y == env.get("y", 0))
+    assert s.check() == z3.sat
+    v = s.model().eval(term(x, y), model_completion=True)
+    return z3.is_true(v) if z3.is_bool(v) else v.as_long()
+
+
+@given(small, small)
+def test_arithmetic_agrees_in_all_three(a, b):
+    keys = (8, 16, 24, 32, 48, 64, 128, 256, 384, 512)
+    cases = [
+        (lambda x, y: product(x, y, a_hint=(16, 32, 64)), a * b),
+        (lambda x, y: product_in(x, y, keys), a * b in keys),
+        (lambda x, y: ceil_to_multiple(x, 16), -(-a // 16) * 16),
+        (lambda x, y: maximum(x, y), max(a, b)),
+        (lambda x, y: lookup_int(x, {3: 15, 5: 15, 6: 12}, y), {3: 15, 5: 15, 6: 12}.get(a, b)),
+        (lambda x, y: is_in(x, (1, 2, 4, 8, 16)), a in (1, 2, 4, 8, 16)),
+        (lambda x, y: if_then_else(x < y, x, y), min(a, b)),
+        (lambda x, y: all_of(x > 3, any_of(y < 5, not_(x == y))), a > 3 and (b < 5 or a != b)),
+    ]
+    for term, expected in cases:
+        assert term(a, b) == expected
+        assert z3_value(term, x=a, y=b) == expected
+        got = term(np.array([a, a]), np.array([b, b]))
+        assert np.all(np.asarray(got) == expected)
+
+
+@given(st.lists(st.booleans(), min_size=2, max_size=2))
+def test_choose_is_first_match(conds):
+    values = ("a", "b", "c")
+    expected = "a" if conds[0] else "b" if conds[1] else "c"
+    assert choose(values, [(conds[0], "a"), (conds[1], "b")], "c") == expected
+    vec = choose(values, [(np.array([conds[0]]), "a"), (np.array([conds[1]]), "b")], "c")
+    assert isinstance(vec, EnumTerm) and values[int(vec.term[0])] == expected
+    sym = choose(values, [(z3.BoolVal(conds[0]), "a"), (z3.BoolVal(conds[1]), "b")], "c")
+    assert values[z3.simplify(sym.term).as_long()] == expected
+
+
+def test_enum_membership_translates_names_to_codes():
+    kv = ("auto", "bfloat16", "fp8")
+    assert list(is_in(EnumTerm(kv, np.array([0, 2])), ("fp8",))) == [False, True]
+    x = z3.Int("kv")
+    s = z3.Solver()
+    s.add(is_in(EnumTerm(kv, x), ("fp8",)))
+    assert s.check() == z3.sat and s.model()[x].as_long() == 2

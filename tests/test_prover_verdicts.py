@@ -1,0 +1,100 @@
+"""What the prover must find: the three #51011 faults before the fix, none of them after.
+
+Each check asserts behaviour a maintainer would recognise from the PR: the
+minimal shapes, the route they take and what breaks.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from mla_model.registry import REGISTRY_IDS
+from spec.invariants import INVARIANT_BY_ID, INVARIANTS
+from spec.prover import PROVED, VIOLATED, check
+
+PRE_FIX = ("vllm-0.27", "main-pre-51011")
+
+
+def result(revision, registry, invariant, **kw):
+    return check(revision, registry, INVARIANT_BY_ID[invariant], **kw)
+
+
+@pytest.mark.parametrize("registry", REGISTRY_IDS)
+@pytest.mark.parametrize("revision", PRE_FIX)
+def test_fp8_reaches_gluon_before_the_fix_at_divisor_heads_qlen_1_on_gfx950(revision, registry):
+    r = result(revision, registry, "fp8-never-reaches-gluon")
+    assert r.verdict == VIOLATED
+    gfx950 = [c for c in r.counterexamples if c.shape.arch == "gfx950" and c.route["path"] == "gluon_decode"]
+    assert gfx950, r.counterexamples
+    s = gfx950[0].shape
+    assert s.kv_cache_dtype == "fp8" and 16 % s.num_heads == 0 and s.max_qo_len == 1
+    assert "NaN" in gfx950[0].symptom
+
+
+@pytest.mark.parametrize("revision", PRE_FIX)
+def test_whitelist_sizing_breaks_for_dspark_and_eagle_drafters_before_the_fix(revision):
+    r = result(revision, "aiter-0.1.19", "metadata-covers-qlen")
+    assert r.verdict == VIOLATED
+    methods = {c.shape.spec_method for c in r.counterexamples}
+    assert methods & {"dflash", "dspark"} and methods & {"eagle", "eagle3", "draft_model", "ngram"}
+    assert not methods & {"mtp", "deepseek_mtp"}  # the whitelisted drafters are sized correctly
+    for c in r.counterexamples:
+        assert c.shape.max_qo_len > c.route["mtp_decode_qlen"] == 1
+
+
+@pytest.mark.parametrize("revision", PRE_FIX)
+def test_block_n_keyerror_before_the_fix_is_16_padded_heads_times_qlen_5(revision):
+    r = result(revision, "aiter-0.1.19", "block-n-key-exists")
+    assert r.verdict == VIOLATED
+    first = r.counterexamples[0]
+    assert (first.route["request"]["padded_heads"], first.shape.max_qo_len) == (16, 5)
+    assert first.route["path"] == "asm_nonpersistent" and "get_block_n_fp8[16*5=80]" in first.symptom
+
+
+@pytest.mark.parametrize("registry", REGISTRY_IDS)
+def test_every_property_pr_51011_set_out_to_establish_is_proved_on_0_28(registry):
+    for inv in INVARIANTS:
+        if inv.pr_51011:
+            assert result("vllm-0.28", registry, inv.id).verdict == PROVED, inv.id
+
+
+@pytest.mark.parametrize("registry", REGISTRY_IDS)
+def test_0_34_keeps_the_fix(registry):
+    for inv in INVARIANTS:
+        if inv.pr_51011:
+            assert result("vllm-0.34", registry, inv.id).verdict == PROVED, inv.id
+
+
+def test_gfx942_verify_past_qlen_4_has_no_asm_kernel_on_0_28_and_0_34_routes_it_to_triton():
+    r = result("vllm-0.28", "aiter-0.1.20", "kernel-exists")
+    gfx942 = [c for c in r.counterexamples if c.shape.arch == "gfx942" and c.shape.kv_cache_dtype == "auto"]
+    assert gfx942 and gfx942[0].shape.max_qo_len == 5 and gfx942[0].shape.num_heads == 16
+    r34 = result("vllm-0.34", "aiter-0.1.20", "kernel-exists")
+    assert not [c for c in r34.counterexamples if c.shape.arch == "gfx942" and c.shape.kv_cache_dtype == "auto"]
+
+
+def test_every_counterexample_is_valid_and_violating_when_rerun_in_python():
+    from mla_model.decision import decide
+    from mla_model.registry import load_registry
+    from mla_model.revisions import get_revision
+
+    for revision in ("vllm-0.27", "vllm-0.28", "vllm-0.34"):
+        for inv in INVARIANTS:
+            r = check(revision, "aiter-0.1.19", inv, max_classes=3)
+            rev, reg = get_revision(revision), load_registry("aiter-0.1.19")
+            for c in r.counterexamples:
+                assert rev.is_valid(c.shape, reg)
+                assert not inv.holds(decide(rev, reg, c.shape))
+                assert c.route == decide(rev, reg, c.shape).route.to_json()
+
+
+def test_max_classes_cuts_enumeration_and_says_so():
+    r = result("vllm-0.27", "aiter-0.1.19", "total", max_classes=2)
+    assert r.verdict == VIOLATED and len(r.counterexamples) == 2 and not r.complete
+
+
+def test_a_timeout_is_unknown_never_proved():
+    r = result("vllm-0.34", "aiter-0.1.20", "total", timeout_ms=1)
+    assert r.verdict in ("UNKNOWN", VIOLATED)
+    if r.verdict == "UNKNOWN":
+        assert r.reason and not r.counterexamples
