@@ -176,12 +176,63 @@ def is_in(x: Any, members: Iterable[Any]) -> Any:
         codes = [x.code(m) for m in members]
         if _is_z3(x.term):
             return z3.Or(*[x.term == c for c in codes]) if codes else z3.BoolVal(False)
-        return np.isin(x.term, codes)
+        return _np_isin(x.term, codes)
     if _is_z3(x):
         return z3.Or(*[x == int(m) for m in members]) if members else z3.BoolVal(False)
     if isinstance(x, np.ndarray):
-        return np.isin(x, members)
+        return _np_isin(x, members)
     return x in members
+
+
+def _np_isin(x: Any, members: Sequence[int]) -> Any:
+    """np.isin, as a chain of comparisons for the few-member sets gates use (several times faster)."""
+    if len(members) > 16:
+        return np.isin(x, members)
+    out = np.zeros(np.shape(x), dtype=bool)
+    for m in members:
+        out |= x == m
+    return out
+
+
+def tuple_in(terms: Sequence[Any], rows: Iterable[tuple]) -> Any:
+    """Whether the tuple of ``terms`` is one of ``rows`` (membership in a finite relation).
+
+    Rows hold plain values (enumeration names, ints, bools).  numpy packs each
+    shape's tuple into one integer and tests all rows at once; z3 gets the
+    disjunction of the rows.
+    """
+    terms, rows = list(terms), [tuple(r) for r in rows]
+    kind = _kind(*terms)
+    if kind == "py":
+        norm = lambda v: int(v) if isinstance(v, (bool, np.bool_, np.integer)) else v  # noqa: E731
+        return tuple(norm(t) for t in terms) in {tuple(norm(v) for v in r) for r in rows}
+    # Translate enumeration names to codes; a row naming a value outside a term's domain never matches.
+    coded = []
+    for r in rows:
+        try:
+            coded.append(tuple(t.code(v) if isinstance(t, EnumTerm) else int(v) for t, v in zip(terms, r)))
+        except ValueError:
+            continue
+    raw = [t.term if isinstance(t, EnumTerm) else t for t in terms]
+    if kind == "z3":
+        lifted = [_lift_z3(x) for x in raw]
+        match = lambda x, v: x == (z3.BoolVal(bool(v)) if z3.is_bool(x) else v)  # noqa: E731
+        return z3.Or(*[z3.And(*[match(x, v) for x, v in zip(lifted, r)]) for r in coded]) if coded else z3.BoolVal(False)
+    if not coded:
+        return np.zeros(np.broadcast_shapes(*[np.shape(x) for x in raw]), dtype=bool)
+    table = np.array(coded, dtype=np.int64)
+    bases = table.max(axis=0) + 1
+    key = np.zeros((), dtype=np.int64)
+    ok = np.ones((), dtype=bool)
+    mult = 1
+    for i, x in enumerate(raw):
+        col = np.asarray(x).astype(np.int64)
+        ok = ok & (col >= 0) & (col < bases[i])
+        key = key + col * mult
+        mult *= int(bases[i])
+    present = np.zeros(mult, dtype=bool)  # mult = product of the bases: a small dense table
+    present[table @ np.cumprod(np.concatenate(([1], bases[:-1])))] = True
+    return ok & present[np.where(ok, key, 0)]
 
 
 def eq(x: Any, value: Any) -> Any:

@@ -16,7 +16,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from mla_model.logic import all_of, any_of, enum_values, eq, if_then_else, is_in, not_, product, product_in
+from mla_model.logic import all_of, any_of, eq, if_then_else, is_in, not_, product, product_in, tuple_in
 from mla_model.route import KernelRequest
 
 REGISTRY_IDS = ("aiter-0.1.19", "aiter-0.1.20")
@@ -228,19 +228,12 @@ def asm_lookup(reg: Registry, arch: Any, req: KernelRequest, num_reqs: Any) -> A
     # §3.4: causal' is hard-coded 0 before 0.1.20; later the caller's, forced 1 at qlen 1.
     causal_key = any_of(req.causal, Q == 1) if reg.lookup_takes_causal else False
 
-    # vLLM never passes an LSE buffer or g_kv_indptr on these paths, nor byte (sparse) KV.
-    q_domain, kv_domain = enum_values(q), enum_values(kv)
-    rows = [
-        r for r in reg.kernels
-        if r.lse == 0 and r.cprr == 0 and (q_domain is None or r.q in q_domain) and (kv_domain is None or r.kv in kv_domain)
-    ]
-    row_found = any_of(*[
-        all_of(
-            eq(arch, r.arch), eq(q, r.q), eq(kv, r.kv), gqa_key == r.gqa, ps_norm == bool(r.ps),
-            qs_key == r.qseqlen, causal_key == bool(r.causal),
-        )
-        for r in rows
-    ])
+    # vLLM never passes an LSE buffer or g_kv_indptr on these paths.
+    row_found = tuple_in(
+        (arch, q, kv, gqa_key, ps_norm, qs_key, causal_key),
+        [(r.arch, r.q, r.kv, r.gqa, bool(r.ps), r.qseqlen, bool(r.causal))
+         for r in reg.kernels if r.lse == 0 and r.cprr == 0],
+    )
     return AsmLookup(
         persistent=ps,
         block_n_lookup=block_n_lookup,

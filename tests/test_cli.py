@@ -67,3 +67,13 @@ def test_list_json_names_every_revision_registry_and_invariant():
     assert [r["id"] for r in data["revisions"]] == ["vllm-0.27", "main-pre-51011", "vllm-0.28", "vllm-0.34"]
     assert [r["id"] for r in data["registries"]] == ["aiter-0.1.19", "aiter-0.1.20"]
     assert "total" in [i["id"] for i in data["invariants"]]
+
+
+def test_docs_describe_every_invariant_as_the_catalogue_does():
+    from pathlib import Path
+
+    from spec.invariants import INVARIANTS
+
+    text = Path(__file__).parent.parent.joinpath("docs", "invariants.md").read_text()
+    for inv in INVARIANTS:
+        assert f"## `{inv.id}`" in text and inv.statement in text and inv.symptom in text, inv.id
