@@ -112,20 +112,120 @@ def _print_text(results: list[CheckResult], console: Console) -> None:
               help="Counterexample classes to enumerate per violated invariant.")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=DEFAULT_TIMEOUT_MS / 1000, show_default=True,
               help="Seconds per solver call; a timeout is UNKNOWN, never a pass.")
-def check_command(revisions, registries, invariants, fmt, max_classes, timeout) -> None:
+@click.option("--vllm", "releases", multiple=True, metavar="RELEASE|PATH",
+              help="Check a vLLM release's (or file's) real gate functions instead of the model's (repeatable).")
+def check_command(revisions, registries, invariants, fmt, max_classes, timeout, releases) -> None:
     """Prove or refute each routing and buffer-sizing invariant."""
-    results = [
-        check(rev, reg, INVARIANT_BY_ID[inv], max_classes=max_classes, timeout_ms=int(timeout * 1000))
-        for rev in (revisions or list(REVISIONS))
-        for reg in (registries or list(REGISTRY_IDS))
-        for inv in (invariants or list(INVARIANT_BY_ID))
-    ]
+    targets = [*revisions, *[_real(r) for r in releases]] if releases else list(revisions or REVISIONS)
+    results = _run_checks(targets, registries or REGISTRY_IDS, invariants or list(INVARIANT_BY_ID), max_classes, timeout)
+    _report(results, fmt)
+
+
+def _real(spec: str) -> Any:
+    from spec.realcode.revision import real_revision
+    from spec.realcode.source import SourceError
+
+    try:
+        return real_revision(spec)
+    except SourceError as e:
+        raise BadInput(str(e)) from None
+
+
+def _run_checks(targets, registries, invariants, max_classes, timeout) -> list[CheckResult]:
+    from spec.realcode.symexec import LiftingUnsupported
+
+    results = []
+    for rev in targets:
+        for reg in registries:
+            for inv in invariants:
+                try:
+                    results.append(check(rev, reg, INVARIANT_BY_ID[inv], max_classes=max_classes,
+                                         timeout_ms=int(timeout * 1000)))
+                except LiftingUnsupported as e:
+                    rid = rev if isinstance(rev, str) else rev.id
+                    results.append(CheckResult(rid, reg, inv, UNKNOWN, 0.0, complete=False,
+                                               reason=f"lifting unsupported ({e}); run 'mla-spec bind' for the bounded check"))
+    return results
+
+
+def _report(results: list[CheckResult], fmt: str) -> None:
     if fmt == "json":
         click.echo(json.dumps({"results": [r.to_json() for r in results]}, indent=2))
     else:
         _print_text(results, Console(highlight=False))
     verdicts = {r.verdict for r in results}
     sys.exit(EXIT_VIOLATED if VIOLATED in verdicts else EXIT_UNKNOWN if UNKNOWN in verdicts else EXIT_OK)
+
+
+@main.command("audit")
+@click.option("--vllm", "vllm_flag", is_flag=True, help="Accepted for symmetry: the arguments are vLLM releases.")
+@click.argument("releases", nargs=-1, required=True)
+@click.option("--registry", "registries", multiple=True, type=click.Choice(list(REGISTRY_IDS)),
+              help="AITER registry (repeatable; default: aiter-0.1.20).")
+@click.option("--invariant", "invariants", multiple=True, type=click.Choice(list(INVARIANT_BY_ID)))
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--max-classes", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=DEFAULT_TIMEOUT_MS / 1000, show_default=True)
+def audit_command(vllm_flag, releases, registries, invariants, fmt, max_classes, timeout) -> None:
+    """Prove the invariants on the real gates of several vLLM releases: release x invariant."""
+    targets = [_real(r) for r in releases]
+    results = _run_checks(targets, registries or ("aiter-0.1.20",), invariants or list(INVARIANT_BY_ID),
+                          max_classes, timeout)
+    if fmt == "json":
+        _report(results, fmt)
+    console = Console(highlight=False)
+    table = Table(title="mla-spec audit: real gates of each release")
+    table.add_column("invariant", style="bold", no_wrap=True)
+    labels = list(dict.fromkeys((r.revision, r.registry) for r in results))
+    for rev, reg in labels:
+        table.add_column(rev.replace("vllm==", "") + ("" if len({g for _, g in labels}) == 1 else f"\n{reg}"),
+                         no_wrap=True)
+    by_key = {(r.revision, r.registry, r.invariant): r for r in results}
+    for inv in dict.fromkeys(r.invariant for r in results):
+        table.add_row(inv, *[_short(by_key[(rev, reg, inv)]) for rev, reg in labels])
+    console.print(table)
+    verdicts = {r.verdict for r in results}
+    sys.exit(EXIT_VIOLATED if VIOLATED in verdicts else EXIT_UNKNOWN if UNKNOWN in verdicts else EXIT_OK)
+
+
+def _short(r: CheckResult) -> str:
+    return {"PROVED": "[green]proved[/]", "UNKNOWN": "[yellow]unknown[/]"}.get(
+        r.verdict, f"[red]{r.classes}{'' if r.complete else '+'} cls[/]")
+
+
+@main.command("bind")
+@click.option("--vllm", "spec", required=True, metavar="RELEASE|PATH", help="vLLM release, tree or rocm_aiter_mla.py.")
+@click.option("--revision", type=click.Choice(list(REVISIONS)), help="Model revision to compare with "
+              "(default: the one that models that release).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--no-symbolic", is_flag=True, help="Only the bounded comparison (no lifting).")
+def bind_command(spec, revision, fmt, no_symbolic) -> None:
+    """Compare a release's real gate functions with a model revision: equal, or the first differences."""
+    from spec.realcode.bind import bind
+    from spec.realcode.source import SourceError
+
+    try:
+        label, model_id, rows = bind(spec, revision, symbolic=not no_symbolic)
+    except (SourceError, ValueError) as e:
+        raise BadInput(str(e)) from None
+    if fmt == "json":
+        click.echo(json.dumps({"vllm": label, "revision": model_id, "functions": [r.to_json() for r in rows]},
+                              indent=2, default=str))
+    else:
+        console = Console(highlight=False)
+        table = Table(title=f"mla-spec bind: {label} against the model revision {model_id}")
+        for col in ("function", "method", "verdict", "points", "seconds", "first difference / reason"):
+            table.add_column(col, no_wrap=col != "first difference / reason")
+        for r in rows:
+            colour = {"EQUIVALENT": "green", "DIFFERENT": "red"}.get(r.verdict, "yellow")
+            first = r.reason or (json.dumps(r.differences[0], default=str) if r.differences else "")
+            table.add_row(r.function, r.method, f"[{colour}]{r.verdict}[/]", str(r.checked) if r.checked else "",
+                          f"{r.seconds:.2f}", first)
+        console.print(table)
+    # 1: some function differs; 3: lifting failed, so the gate was not compared symbolically.
+    if any(r.verdict == "DIFFERENT" for r in rows):
+        sys.exit(EXIT_VIOLATED)
+    sys.exit(EXIT_UNKNOWN if any(r.verdict == "UNSUPPORTED" and r.method == "symbolic" for r in rows) else EXIT_OK)
 
 
 @main.command("list")

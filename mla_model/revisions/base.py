@@ -61,14 +61,14 @@ def divides_16(h: Any) -> Any:
     return is_in(h, (1, 2, 4, 8, 16))
 
 
-def is_valid_num_heads_pre_029(h: Any) -> Any:
+def is_valid_num_heads_pre_029(num_heads: Any) -> Any:
     """``AiterMLAHelper.is_valid_num_heads`` in vLLM 0.27-0.28: ``h > 0 and (h < 16 or h % 16 == 0)``."""
-    return all_of(h > 0, any_of(h < _AITER_MIN_MLA_HEADS, h % _AITER_MIN_MLA_HEADS == 0))
+    return all_of(num_heads > 0, any_of(num_heads < _AITER_MIN_MLA_HEADS, num_heads % _AITER_MIN_MLA_HEADS == 0))
 
 
-def get_actual_mla_num_heads_pre_029(h: Any) -> Any:
+def get_actual_mla_num_heads_pre_029(num_heads: Any) -> Any:
     """``get_actual_mla_num_heads`` before vLLM 0.29: ``max(h, 16)``."""
-    return maximum(h, _AITER_MIN_MLA_HEADS)
+    return maximum(num_heads, _AITER_MIN_MLA_HEADS)
 
 
 def whitelist_mtp_decode_qlen(s: Any) -> Any:

@@ -77,6 +77,11 @@ def route(s: Any, reg: Registry) -> Route:
     )
 
 
+# AiterMLAHelper's names for the shared helpers, so model and code read side by side.
+is_valid_num_heads = is_valid_num_heads_pre_029
+get_actual_mla_num_heads = get_actual_mla_num_heads_pre_029
+
+
 REVISION = Revision(
     id="main-pre-51011",
     title="vLLM main after #50578, before #51011 (unreleased)",

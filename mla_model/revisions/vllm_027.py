@@ -63,6 +63,11 @@ def route(s: Any, reg: Registry) -> Route:
     )
 
 
+# AiterMLAHelper's names for the shared helpers, so model and code read side by side.
+is_valid_num_heads = is_valid_num_heads_pre_029
+get_actual_mla_num_heads = get_actual_mla_num_heads_pre_029
+
+
 REVISION = Revision(
     id="vllm-0.27",
     title="vLLM 0.27.0/0.27.1: before #50578 and #51011",

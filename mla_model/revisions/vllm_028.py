@@ -102,6 +102,11 @@ def route(s: Any, reg: Registry) -> Route:
     )
 
 
+# AiterMLAHelper's names for the shared helpers, so model and code read side by side.
+is_valid_num_heads = is_valid_num_heads_pre_029
+get_actual_mla_num_heads = get_actual_mla_num_heads_pre_029
+
+
 REVISION = Revision(
     id="vllm-0.28",
     title="vLLM 0.28.0 = PR #51011",

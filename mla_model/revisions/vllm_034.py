@@ -26,14 +26,14 @@ _GLUON_MAX_KV_CACHE_BYTES = 1 << 31
 _AITER_FP8_NON_CAUSAL_QLEN2_HEADS = (32, 64, 96, 128)
 
 
-def is_valid_num_heads(h: Any) -> Any:
+def is_valid_num_heads(num_heads: Any) -> Any:
     """``h > 0 and h not in () and (h <= 128 or h % 16 == 0)``."""
-    return all_of(h > 0, any_of(h <= _AITER_MAX_PADDED_MLA_HEADS, h % 16 == 0))
+    return all_of(num_heads > 0, any_of(num_heads <= _AITER_MAX_PADDED_MLA_HEADS, num_heads % 16 == 0))
 
 
-def get_actual_mla_num_heads(h: Any, reg: Registry) -> Any:
+def get_actual_mla_num_heads(num_heads: Any, reg: Registry) -> Any:
     """``24 if h == 24 and _aiter_mla_native_h24_supported() else ceil(h / 16) * 16``."""
-    return if_then_else(all_of(h == 24, reg.native_h24), 24, ceil_to_multiple(h, 16))
+    return if_then_else(all_of(num_heads == 24, reg.native_h24), 24, ceil_to_multiple(num_heads, 16))
 
 
 def _gluon_mla_decode_supported(s: Any) -> Any:

@@ -1,0 +1,178 @@
+"""Model vs code: is a model revision what a vLLM release really does?
+
+Two checks, both reported per function:
+
+* **symbolic** (over unbounded integers): the release's gates are lifted into
+  z3 (:mod:`spec.realcode.symexec`) and every routing field of the real
+  revision's Route is compared with the model revision's under both validity
+  rules; a difference comes back as the smallest differing shape, re-run
+  concretely on both sides.  Validity itself is compared too.
+* **bounded**: each AiterMLAHelper predicate is called concretely on every
+  point of its box (every enum value x heads 1..256 x qlen 1..32 x DCP
+  1/2/4/8, both sides of the 2 GiB bound, causal or not) and compared with the
+  model's gate of the same name, called the same way.  Where lifting fails the
+  symbolic rows say UNSUPPORTED with the reason; the bounded rows still stand.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import time
+import types
+from dataclasses import dataclass, field
+from typing import Any
+
+import z3
+
+from mla_model.decision import decide
+from mla_model.registry import load_registry
+from mla_model.revisions import get_revision
+from mla_model.revisions.base import Revision
+from mla_model.shape import ARCHS, ASM_PADDING_MODES, DCP_WORLD_SIZES, GIB, KV_CACHE_DTYPES, Shape
+from spec.prover import _z3, problem
+from spec.realcode.revision import RealGates, real_revision
+from spec.realcode.source import resolve
+from spec.realcode.symexec import LiftingUnsupported
+
+# Release -> the model revision that claims to describe it.
+MODEL_OF_RELEASE = {"0.27": "vllm-0.27", "0.28": "vllm-0.28", "0.34": "vllm-0.34"}
+ROUTE_FIELDS = ("path", "use_gluon_decode", "use_gluon_verify", "use_persistent_metadata",
+                "wants_persistent_metadata", "mtp_decode_qlen", "decode_heads")
+BOX_HEADS = range(1, 257)
+BOX_QLEN = range(1, 33)
+
+
+@dataclass
+class Comparison:
+    function: str
+    method: str  # "symbolic" | "bounded"
+    verdict: str  # EQUIVALENT | DIFFERENT | UNSUPPORTED
+    checked: int = 0  # bounded: points compared
+    seconds: float = 0.0
+    differences: list[dict[str, Any]] = field(default_factory=list)
+    reason: str = ""
+    real_calls_per_second: float = 0.0  # bounded: calls of the real function alone
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in self.__dict__.items()
+                if v not in ("", None)}
+
+
+def default_model(label: str) -> str | None:
+    version = label.split("==", 1)[-1]
+    return MODEL_OF_RELEASE.get(".".join(version.split(".")[:2]))
+
+
+def _field(route: Any, name: str) -> Any:
+    return getattr(route, name)
+
+
+def symbolic_comparison(real: Revision, model: Revision, registry_id: str = "aiter-0.1.20",
+                        max_differences: int = 3) -> list[Comparison]:
+    out = []
+    try:
+        pr, pm = problem(real, registry_id), problem(model, registry_id)
+    except LiftingUnsupported as e:
+        return [Comparison(f, "symbolic", "UNSUPPORTED", reason=str(e)) for f in (*ROUTE_FIELDS, "validity")]
+    valid_r = z3.And(*pr.constraints)
+    valid_m = z3.And(*pm.constraints)
+    reg = load_registry(registry_id)
+    checks = [("validity", z3.And(*pr.symbolic.domain), valid_r != valid_m)]
+    for name in ROUTE_FIELDS:
+        a, b = _z3(_field(pr.decision.route, name)), _z3(_field(pm.decision.route, name))
+        checks.append((name, z3.And(valid_r, valid_m), a != b))
+    for name, context, differs in checks:
+        start = time.perf_counter()
+        s = z3.Solver()
+        s.add(context, differs)
+        diffs = []
+        while len(diffs) < max_differences and s.check() == z3.sat:
+            shape = pr.symbolic.to_shape(s.model())
+            diffs.append(_concrete_difference(name, shape, real, model, reg))
+            s.add(z3.Or(*[v != s.model().eval(v, model_completion=True) for v in
+                          (pr.symbolic.variables["num_heads"], pr.symbolic.variables["max_qo_len"],
+                           pr.symbolic.variables["kv_cache_dtype"], pr.symbolic.variables["arch"])]))
+        verdict = "DIFFERENT" if diffs else "EQUIVALENT"
+        out.append(Comparison(name, "symbolic", verdict, seconds=time.perf_counter() - start, differences=diffs))
+    return out
+
+
+def _concrete_difference(name: str, shape: Shape, real: Revision, model: Revision, reg: Any) -> dict[str, Any]:
+    if name == "validity":
+        return {"shape": shape.to_json(), "real": bool(real.is_valid(shape, reg)),
+                "model": bool(model.is_valid(shape, reg))}
+    rv = decide(real, reg, shape).route.to_json()[name]
+    mv = decide(model, reg, shape).route.to_json()[name]
+    return {"shape": shape.to_json(), "real": rv, "model": mv}
+
+
+def _model_function(model_id: str, name: str) -> Any:
+    module = inspect.getmodule(get_revision(model_id).route)
+    return getattr(module, name, None)
+
+
+def _box(params: tuple[str, ...]) -> tuple[list[str], list[tuple]]:
+    """The points a predicate is compared on: its own parameters plus the platform."""
+    axes = {
+        "arch": ARCHS, "asm_padding_mode": ASM_PADDING_MODES, "num_heads": BOX_HEADS, "max_qo_len": BOX_QLEN,
+        "kv_cache_dtype": KV_CACHE_DTYPES, "dcp_world_size": DCP_WORLD_SIZES, "causal": (True, False),
+        "kv_cache_bytes": (2 * GIB, 2 * GIB + 1),
+    }
+    names = list(dict.fromkeys(["arch", "asm_padding_mode"] + [p for p in params if p in axes]))
+    return names, list(itertools.product(*[axes[n] for n in names]))
+
+
+def bounded_comparison(gates: RealGates, model_id: str, max_differences: int = 3) -> list[Comparison]:
+    out = []
+    reg = load_registry("aiter-0.1.20")
+    for name in ("use_gluon_decode", "use_gluon_verify", "is_valid_num_heads", "get_actual_mla_num_heads"):
+        real_params = gates.code.params(name) if gates.code.has(name) else ()
+        model_fn = _model_function(model_id, name)
+        if not real_params or model_fn is None:
+            out.append(Comparison(name, "bounded", "UNSUPPORTED",
+                                  reason=f"{'the release' if not real_params else model_id} has no {name}"))
+            continue
+        model_params = tuple(inspect.signature(model_fn).parameters)
+        names, points = _box(real_params + model_params)
+        start = time.perf_counter()
+        diffs: list[dict[str, Any]] = []
+        code = gates.code
+        real_fn = getattr(code.helper, name)
+        real_keys = [n for n in names if n in real_params]
+        model_keys = [n for n in names if n in model_params]
+        real_seconds = 0.0
+        for point in points:
+            kw = dict(zip(names, point))
+            code.platform.arch, code.platform.mode = kw["arch"], kw["asm_padding_mode"]
+            code._fresh_caches()
+            t0 = time.perf_counter()
+            real = real_fn(**{k: kw[k] for k in real_keys})
+            real_seconds += time.perf_counter() - t0
+            margs = {k: kw[k] for k in model_keys}
+            if "s" in model_params:
+                margs["s"] = types.SimpleNamespace(arch=kw["arch"], asm_padding_mode=kw["asm_padding_mode"])
+            if "reg" in model_params:
+                margs["reg"] = reg
+            model = model_fn(**margs)
+            if bool(real) != bool(model) or (not isinstance(real, bool) and int(real) != int(model)):
+                if len(diffs) < max_differences:
+                    diffs.append({"inputs": kw, "real": real, "model": model})
+                else:
+                    break
+        out.append(Comparison(name, "bounded", "DIFFERENT" if diffs else "EQUIVALENT", checked=len(points),
+                              seconds=time.perf_counter() - start, differences=diffs,
+                              real_calls_per_second=len(points) / real_seconds if real_seconds else 0.0))
+    return out
+
+
+def bind(spec: str, model_id: str | None = None, symbolic: bool = True) -> tuple[str, str, list[Comparison]]:
+    source = resolve(spec)
+    model_id = model_id or default_model(source.label)
+    if model_id is None:
+        raise ValueError(f"no model revision is known for {source.label}; pass --revision")
+    gates = RealGates(source)
+    rows = bounded_comparison(gates, model_id)
+    if symbolic:
+        rows = symbolic_comparison(real_revision(spec), get_revision(model_id)) + rows
+    return source.label, model_id, rows

@@ -1,0 +1,312 @@
+"""Pick the routing gates out of rocm_aiter_mla.py with ``ast``; never run the module.
+
+What is taken (vllm_releases.md §4-§5 lists what each release needs):
+
+* the ``AiterMLAHelper`` class, pruned to its constants, the predicates
+  (``use_gluon_decode``, ``use_gluon_verify``, ``is_valid_num_heads``,
+  ``get_actual_mla_num_heads``, ``get_mla_padded_q``, ``get_mla_unpadded_o``)
+  and the helper methods they call;
+* every module-level function, class or constant those reach, found by
+  following free names statically (a retry loop on NameError would miss names
+  reached only at call time, such as ``Path`` inside the native-H24 probe);
+* from the metadata builder: the statements of ``__init__`` that set
+  ``self._mtp_decode_qlen`` (and the other builder attributes the gate reads),
+  and the ``use_persistent_metadata`` expression of ``_build_decode`` with the
+  earlier statements of that method it depends on (a backward slice);
+* where a release has no ``use_gluon_verify`` (0.27), the inline verify test
+  of ``forward_mqa``.
+
+Everything taken is checked before it is executed: a free name must be
+defined by the taken code or be one of the sandbox's stubs, an import must be
+of a stubbed module, and no dunder attribute may be touched.  Anything else is
+refused with an error that names it.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+from spec.realcode.source import Source, SourceError
+
+HELPER = "AiterMLAHelper"
+PREDICATES = (
+    "use_gluon_decode",
+    "use_gluon_verify",
+    "is_valid_num_heads",
+    "get_actual_mla_num_heads",
+    "get_mla_padded_q",
+    "get_mla_unpadded_o",
+    "has_fp8_non_causal_qlen2_kernel",
+)
+# Locals of _build_decode besides the gate that decide the path (returned with it).
+PATH_LOCALS = ("use_triton_verify",)
+GATE_VARIABLE = "use_persistent_metadata"
+# Values the harness hands the builder slices (the rest must be computed by the sliced code).
+BUILD_INPUTS = ("self", "max_qo_len")
+INIT_INPUTS = ("self", "vllm_config")
+HARNESS_BUILDER_ATTRS = (
+    "num_heads", "dcp_world_size", "_kv_cache_dtype_str", "reorder_batch_threshold", "_kv_cache_bytes",
+    "_decode_causal", "_supports_segmented_dcp_verify", "_use_triton_dcp_verify", "_asm_dcp_verify",
+)
+# Module-level imports of the real file whose names the sandbox provides as stubs.
+STUB_NAMES = frozenset({
+    "functools", "math", "logger", "is_quantized_kv_cache", "Path", "Final", "ClassVar", "Enum", "torch",
+    "envs", "on_gfx950", "on_gfx942", "get_cdna_version",
+})
+STUB_MODULES = frozenset({
+    "vllm.envs", "vllm.platforms.rocm", "vllm.platforms", "aiter.jit.core", "functools", "math",
+})
+SAFE_BUILTIN_NAMES = frozenset({
+    "abs", "all", "any", "bool", "dict", "enumerate", "float", "frozenset", "int", "isinstance", "len", "list",
+    "max", "min", "range", "set", "sorted", "str", "sum", "tuple", "zip", "type", "staticmethod", "classmethod",
+    "property", "None", "True", "False", "Exception", "ValueError", "TypeError", "AssertionError", "ImportError",
+    "OSError", "RuntimeError", "NotImplementedError", "KeyError", "ZeroDivisionError", "ModuleNotFoundError",
+    "AttributeError",
+})
+
+
+class RefusedCode(SourceError):
+    """The file asks for something the sandbox will not run."""
+
+
+@dataclass
+class Extracted:
+    label: str
+    module: ast.Module  # the taken definitions plus three synthesised functions
+    predicates: tuple[str, ...]  # AiterMLAHelper predicates present in this release
+    has_inline_verify: bool
+    gate_source: str  # the persistent gate expression, for reports
+    forward_source: str  # forward_mqa's source, for facts read off the text (kv_scale=1.0)
+    init_attrs: tuple[str, ...] = field(default_factory=tuple)  # builder attributes computed by the init slice
+
+
+def _loads(node: ast.AST) -> set[str]:
+    """Names read in ``node`` that it does not bind itself (parameters, assignments, comprehensions)."""
+    bound: set[str] = set()
+    read: set[str] = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name):
+            (bound if isinstance(n.ctx, (ast.Store, ast.Del)) else read).add(n.id)
+        elif isinstance(n, ast.arg):
+            bound.add(n.arg)
+        elif isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n is not node:
+            bound.add(n.name)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in n.names)
+        elif isinstance(n, ast.ExceptHandler) and n.name:
+            bound.add(n.name)
+    return read - bound
+
+
+def _helper_refs(node: ast.AST) -> set[str]:
+    return {
+        n.attr for n in ast.walk(node)
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == HELPER
+    }
+
+
+def _self_attrs(node: ast.AST, ctx=ast.Load) -> set[str]:
+    return {
+        n.attr for n in ast.walk(node)
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
+        and isinstance(n.ctx, ctx)
+    }
+
+
+def _stored_names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+
+def _check_safe(label: str, where: str, node: ast.AST) -> None:
+    for n in ast.walk(node):
+        if isinstance(n, ast.Attribute) and n.attr.startswith("__") and n.attr.endswith("__"):
+            raise RefusedCode(f"{label}: {where} touches the dunder attribute {n.attr!r}; refused")
+        if isinstance(n, ast.Name) and n.id.startswith("__") and n.id.endswith("__"):
+            raise RefusedCode(f"{label}: {where} reads {n.id!r}; refused")
+        if isinstance(n, (ast.Global, ast.Nonlocal)):
+            raise RefusedCode(f"{label}: {where} declares global/nonlocal names; refused")
+        if isinstance(n, ast.Import):
+            for a in n.names:
+                if a.name not in STUB_MODULES:
+                    raise RefusedCode(f"{label}: {where} imports {a.name!r}, which is outside the stub set")
+        if isinstance(n, ast.ImportFrom):
+            if (n.module or "") not in STUB_MODULES:
+                raise RefusedCode(f"{label}: {where} imports from {n.module!r}, which is outside the stub set")
+
+
+def _defined_at_module(tree: ast.Module) -> dict[str, ast.stmt]:
+    out: dict[str, ast.stmt] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            out[node.name] = node
+        elif isinstance(node, ast.Assign):
+            for t in node.targets:
+                if isinstance(t, ast.Name):
+                    out[t.id] = node
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            out[node.target.id] = node
+    return out
+
+
+def _find_class(tree: ast.Module, predicate) -> ast.ClassDef | None:
+    return next((n for n in tree.body if isinstance(n, ast.ClassDef) and predicate(n)), None)
+
+
+def _method(cls: ast.ClassDef | None, name: str) -> ast.FunctionDef | None:
+    if cls is None:
+        return None
+    return next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+
+
+def _backward_slice(label: str, body: list[ast.stmt], needed: set[str], inputs: tuple[str, ...],
+                    where: str) -> list[ast.stmt]:
+    """The statements of ``body`` (in order) that compute ``needed`` local names."""
+    needed = set(needed) - set(inputs)
+    taken: list[ast.stmt] = []
+    for stmt in reversed(body):
+        defines = _stored_names(stmt)
+        if not defines & needed:
+            continue
+        taken.append(stmt)
+        simple = isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt in body
+        if simple:
+            needed -= defines
+        needed |= _loads(stmt) - set(inputs)
+    taken.reverse()
+    return taken
+
+
+def extract(source: Source) -> Extracted:
+    label, text = source.label, source.text
+    try:
+        tree = ast.parse(text, filename=label)
+    except SyntaxError as e:
+        raise SourceError(f"{label}: syntax error at line {e.lineno}: {e.msg}") from None
+    helper = _find_class(tree, lambda c: c.name == HELPER)
+    if helper is None:
+        raise SourceError(f"{label}: no class {HELPER}; not a vLLM ROCm AITER MLA backend file")
+
+    # 1. The helper, pruned: constants plus the predicates and the helper methods they call.
+    methods = {n.name: n for n in helper.body if isinstance(n, ast.FunctionDef)}
+    present = tuple(p for p in PREDICATES if p in methods)
+    keep = set(present)
+    frontier = list(present)
+    while frontier:
+        for ref in _helper_refs(methods[frontier.pop()]):
+            if ref in methods and ref not in keep:
+                keep.add(ref)
+                frontier.append(ref)
+    pruned_body = [n for n in helper.body if not isinstance(n, ast.FunctionDef) or n.name in keep]
+    pruned_body = [n for n in pruned_body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+    pruned = ast.ClassDef(name=HELPER, bases=[], keywords=[], body=pruned_body or [ast.Pass()], decorator_list=[])
+    for node in pruned_body:
+        _check_safe(label, f"{HELPER}.{getattr(node, 'name', 'constant')}", node)
+
+    # 2. The builder slices and the inline verify.
+    builder = _find_class(tree, lambda c: _method(c, "_build_decode") is not None)
+    build = _method(builder, "_build_decode")
+    init = _method(builder, "__init__")
+    if build is None or init is None:
+        raise SourceError(f"{label}: no metadata builder with __init__ and _build_decode")
+    gate_stmt = next(
+        (s for s in build.body if isinstance(s, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == GATE_VARIABLE for t in s.targets)),
+        None,
+    )
+    if gate_stmt is None:
+        raise SourceError(f"{label}: _build_decode has no '{GATE_VARIABLE} = ...' gate")
+    before = build.body[: build.body.index(gate_stmt)]
+    path_locals = [n for n in PATH_LOCALS if any(n in _stored_names(s) for s in before)]
+    build_slice = _backward_slice(label, before, _loads(gate_stmt.value) | set(path_locals), BUILD_INPUTS,
+                                  "_build_decode")
+    returned = ast.Tuple(elts=[gate_stmt.value, ast.Dict(
+        keys=[ast.Constant(n) for n in path_locals], values=[ast.Name(n, ast.Load()) for n in path_locals])],
+        ctx=ast.Load())
+    build_fn = ast.FunctionDef(
+        name="mla_spec_persistent_gate",
+        args=_args(*BUILD_INPUTS),
+        body=[*build_slice, ast.Return(value=returned)],
+        decorator_list=[], returns=None, type_params=[],
+    )
+    missing = _loads(build_fn) - _module_or_stub(tree) - {HELPER}
+    if missing:
+        raise RefusedCode(f"{label}: the persistent gate reads {sorted(missing)}, which neither the slice nor the stubs define")
+
+    wanted_attrs = (_self_attrs(build_fn) - set(HARNESS_BUILDER_ATTRS)) | {"_mtp_decode_qlen"}
+    init_slice: list[ast.stmt] = []
+    init_attrs: set[str] = set()
+    while wanted_attrs - init_attrs:
+        attr = sorted(wanted_attrs - init_attrs)[0]
+        init_attrs.add(attr)
+        stmts = [s for s in init.body if attr in _self_attrs(s, ast.Store)]
+        if not stmts:
+            raise RefusedCode(f"{label}: the gate reads self.{attr}, which the builder's __init__ never sets "
+                              "and the harness does not model")
+        for s in stmts:
+            if s not in init_slice:
+                init_slice.append(s)
+            wanted_attrs |= _self_attrs(s) - set(HARNESS_BUILDER_ATTRS)
+    init_slice.sort(key=init.body.index)
+    locals_needed = set().union(*(_loads(s) for s in init_slice)) - _module_or_stub(tree) - {HELPER}
+    first = min(init.body.index(s) for s in init_slice)
+    init_slice = _backward_slice(label, init.body[:first], locals_needed, INIT_INPUTS, "__init__") + init_slice
+    init_fn = ast.FunctionDef(name="mla_spec_builder_init", args=_args(*INIT_INPUTS), body=init_slice,
+                              decorator_list=[], returns=None, type_params=[])
+
+    body: list[ast.stmt] = [pruned, build_fn, init_fn]
+    inline = None
+    if "use_gluon_verify" not in present:
+        impl = _find_class(tree, lambda c: _method(c, "forward_mqa") is not None)
+        inline = _inline_verify_test(_method(impl, "forward_mqa"))
+        if inline is None:
+            raise SourceError(f"{label}: neither use_gluon_verify nor an inline verify test in forward_mqa")
+        body.append(ast.FunctionDef(name="mla_spec_inline_verify", args=_args("self", "decode"),
+                                    body=[ast.Return(value=inline)], decorator_list=[], returns=None,
+                                    type_params=[]))
+    for fn in body[1:]:
+        _check_safe(label, fn.name.replace("mla_spec_", ""), fn)
+
+    # 3. Module-level definitions reached from everything taken, transitively.
+    module_defs = _defined_at_module(tree)
+    taken: dict[str, ast.stmt] = {}
+    frontier_names = set().union(*(_loads(n) for n in body))
+    while frontier_names:
+        name = frontier_names.pop()
+        if name in taken or name == HELPER or name in STUB_NAMES or name in SAFE_BUILTIN_NAMES:
+            continue
+        node = module_defs.get(name)
+        if node is None or isinstance(node, (ast.Import, ast.ImportFrom)):
+            raise RefusedCode(f"{label}: the gate code reaches {name!r}, which is outside the stub set")
+        _check_safe(label, name, node)
+        taken[name] = node
+        frontier_names |= _loads(node)
+    order = {id(n): i for i, n in enumerate(tree.body)}
+    module_nodes = sorted({id(n): n for n in taken.values()}.values(), key=lambda n: order[id(n)])
+    module = ast.Module(body=[*module_nodes, *body], type_ignores=[])
+    ast.fix_missing_locations(module)
+    impl = _find_class(tree, lambda c: _method(c, "forward_mqa") is not None)
+    forward = _method(impl, "forward_mqa")
+    return Extracted(label, module, present, inline is not None, ast.unparse(gate_stmt.value),
+                     ast.unparse(forward) if forward else "", tuple(sorted(init_attrs)))
+
+
+def _module_or_stub(tree: ast.Module) -> set[str]:
+    return set(_defined_at_module(tree)) | STUB_NAMES | SAFE_BUILTIN_NAMES
+
+
+def _args(*names: str) -> ast.arguments:
+    return ast.arguments(posonlyargs=[], args=[ast.arg(arg=n) for n in names], vararg=None, kwonlyargs=[],
+                         kw_defaults=[], kwarg=None, defaults=[])
+
+
+def _inline_verify_test(forward: ast.FunctionDef | None) -> ast.expr | None:
+    """The ``if`` test of forward_mqa that sends small-head multi-token verify to Gluon (vLLM 0.27)."""
+    if forward is None:
+        return None
+    for n in ast.walk(forward):
+        if isinstance(n, ast.If):
+            src = ast.unparse(n.test)
+            if "max_qo_len" in src and "num_heads" in src and "use_gluon" not in src and ">" in src:
+                return n.test
+    return None

@@ -1,0 +1,207 @@
+"""A gate revision whose gates are a vLLM release's real functions.
+
+:func:`real_revision` builds a :class:`~mla_model.revisions.base.Revision`
+whose ``route`` asks the release's own code every routing question:
+``use_gluon_decode``, ``use_gluon_verify`` (or 0.27's inline test), the
+``_mtp_decode_qlen`` statements of the builder's ``__init__``, the
+``use_persistent_metadata`` gate of ``_build_decode`` with what it depends on,
+``get_actual_mla_num_heads`` and ``is_valid_num_heads``.  On a concrete Shape
+the real functions run in the sandbox; on the prover's symbolic shape they
+are lifted into z3 by path exploration.  What surrounds the gates is the
+model's: the order forward_mqa tests them in, the kernel request, the AITER
+registry, the engine's reorder_batch_threshold.
+
+Harness assumptions (docs/fidelity.md): the builder's dtype string is the
+cache dtype with fp8 spellings normalised to "fp8"; DCP routes are not modelled
+(releases with ``_decode_num_heads`` are checked at dcp_world_size 1); the
+Gluon verify is the row flatten (batch R*Q) until 0.28 and native 4-D MTP
+(batch R) after; head padding is the model's (get_mla_padded_q takes tensors).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from functools import lru_cache
+from typing import Any
+
+import z3
+
+from mla_model.derived import is_quantized_kv_cache, parallel_drafting, reorder_batch_threshold
+from mla_model.logic import EnumTerm, all_of, choose, eq, implies, is_in, not_
+from mla_model.registry import Registry
+from mla_model.revisions.base import Revision, Rule, asm_request, causal_only, divides_16, forward_path, padding_of
+from mla_model.route import Route
+from mla_model.shape import ARCHS, ASM_PADDING_MODES, KV_CACHE_DTYPES, Shape
+from spec.realcode.extract import extract
+from spec.realcode.sandbox import LoadedCode
+from spec.realcode.source import Source, resolve
+from spec.realcode.symexec import LIFTING_BUILTINS, Explorer, LiftingUnsupported, SymBool, SymInt, SymStr, fold
+from spec.symbolic import symbolic_shape
+
+OUTPUTS = ("gd", "builder_gv", "impl_gv", "gate", "wants", "triton", "T", "m", "H", "heads_valid", "raises")
+
+
+def builder_kv_cache_dtype(kv_cache_dtype: Any) -> Any:
+    """``self._kv_cache_dtype_str``: the builder maps fp8_e4m3 / fp8_e5m2 to "fp8"."""
+    return choose(KV_CACHE_DTYPES, [(is_quantized_kv_cache(kv_cache_dtype), "fp8"),
+                                    (eq(kv_cache_dtype, "float16"), "float16"),
+                                    (eq(kv_cache_dtype, "bfloat16"), "bfloat16")], "auto")
+
+
+class RealGates:
+    """One release's gate functions and the harness that calls them for a Shape."""
+
+    def __init__(self, source: Source, lifting: bool = False) -> None:
+        self.source = source
+        self.extracted = extract(source)
+        self.code = LoadedCode(self.extracted, builtins_override=LIFTING_BUILTINS if lifting else None)
+        self.has_verify = self.code.has("use_gluon_verify")
+        verify_params = self.code.params("use_gluon_verify") if self.has_verify else ()
+        self.takes_causal = "causal" in verify_params
+        self.gathers_dcp = "_decode_num_heads" in self.extracted.init_attrs
+        self.flatten_verify = "dcp_world_size" not in verify_params  # 0.27 / 0.28: row flatten, batch R*Q
+        self.kv_scale_passed = "kv_scale=1.0" not in self.extracted.forward_source
+
+    def outputs(self, s: Any, wrap: Any = lambda name, v: v) -> dict[str, Any]:
+        """Every routing answer of the release for shape ``s`` (plain or symbolic via ``wrap``)."""
+        p = self.code.platform
+        p.arch, p.mode = wrap("arch", s.arch), wrap("asm_padding_mode", s.asm_padding_mode)
+        heads, qlen = wrap("num_heads", s.num_heads), wrap("max_qo_len", s.max_qo_len)
+        dcp, causal = wrap("dcp_world_size", s.dcp_world_size), wrap("causal", s.causal)
+        kv_bytes, raw_dtype = wrap("kv_cache_bytes", s.kv_cache_bytes), wrap("kv_cache_dtype", s.kv_cache_dtype)
+        builder_dtype = wrap("builder_dtype", builder_kv_cache_dtype(s.kv_cache_dtype))
+        method = wrap("spec_method", s.spec_method)
+        spec = None if method == "none" else types.SimpleNamespace(
+            method=method, num_speculative_tokens=wrap("num_spec_tokens", s.num_spec_tokens))
+        attrs = dict(
+            num_heads=heads, dcp_world_size=dcp, _kv_cache_dtype_str=builder_dtype,
+            reorder_batch_threshold=wrap("rbt", reorder_batch_threshold(s)), _kv_cache_bytes=kv_bytes,
+            _decode_causal=causal, _supports_segmented_dcp_verify=False, _use_triton_dcp_verify=False,
+            _asm_dcp_verify=False,
+        )
+        b = self.code.builder(attrs, types.SimpleNamespace(speculative_config=spec))
+        H = getattr(b, "_decode_num_heads", heads)
+        common = dict(num_heads=H, max_qo_len=qlen, dcp_world_size=dcp, causal=causal, kv_cache_bytes=kv_bytes)
+        gd = self.code.call("use_gluon_decode", kv_cache_dtype=builder_dtype, **common)
+        if self.has_verify:
+            builder_gv = self.code.call("use_gluon_verify", kv_cache_dtype=builder_dtype, **common)
+            impl_gv = self.code.call("use_gluon_verify", kv_cache_dtype=raw_dtype, **common)
+        else:
+            builder_gv = None
+            impl_gv = self.code.inline_verify(types.SimpleNamespace(num_heads=heads), qlen)
+        gate, path_locals = self.code.persistent_gate(b, qlen)
+        T = b._mtp_decode_qlen
+        b._mtp_decode_qlen = qlen  # the gate without its 1 <= qlen <= _mtp_decode_qlen clause
+        wants, _ = self.code.persistent_gate(b, qlen)
+        heads_valid = self.code.call("is_valid_num_heads", num_heads=heads)
+        if self.gathers_dcp:
+            heads_valid = bool(heads_valid) and bool(self.code.call("is_valid_num_heads", num_heads=H))
+        raises = False
+        if self.code.has("has_fp8_non_causal_qlen2_kernel"):
+            raises = (not causal) and qlen == 2 and builder_dtype == "fp8" and not self.code.call(
+                "has_fp8_non_causal_qlen2_kernel", num_heads=H)
+        return dict(
+            gd=gd, builder_gv=builder_gv, impl_gv=impl_gv, gate=gate, wants=wants,
+            triton=path_locals.get("use_triton_verify", False), T=T,
+            m=self.code.call("get_actual_mla_num_heads", num_heads=H), H=H, heads_valid=heads_valid, raises=raises,
+        )
+
+    def lift(self) -> dict[str, Any]:
+        """Each output as one z3 term over the prover's shape variables (path exploration)."""
+        sym = symbolic_shape()
+        view = sym.view
+
+        def wrap(name: str, value: Any) -> Any:
+            if name == "builder_dtype" or isinstance(value, EnumTerm):
+                return SymStr(value)
+            if z3.is_bool(value):
+                return SymBool(value)
+            return SymInt(value)
+
+        # Releases with DCP decode routes are checked at dcp 1 (their scope): explore only there.
+        scope = [sym.variables["dcp_world_size"] == 1] if self.gathers_dcp else []
+        explorer = Explorer([*sym.domain, *scope])
+        paths = explorer.explore(lambda: self.outputs(view, wrap))
+        lifted = {}
+        for name in OUTPUTS:
+            if name == "builder_gv" and not self.has_verify:
+                lifted[name] = None
+                continue
+            lifted[name] = z3.simplify(fold(paths, lambda v, name=name: v[name]))
+        lifted["paths"] = len(paths)
+        return lifted
+
+
+
+def real_revision(spec: str, lifting: bool = True) -> Revision:
+    """The Revision whose gates are the real functions of ``spec`` (a path or a release)."""
+    return _real_revision(resolve(spec), lifting)
+
+
+@lru_cache(maxsize=None)
+def _real_revision(source: Source, lifting: bool) -> Revision:
+    concrete = RealGates(source)
+    symbolic = RealGates(source, lifting=True) if lifting else None
+    lifted_cache: dict[str, Any] = {}
+
+    def outputs(s: Any) -> dict[str, Any]:
+        if isinstance(s, Shape):
+            return concrete.outputs(s)
+        if symbolic is None:
+            raise LiftingUnsupported("lifting is off")
+        if not lifted_cache:
+            lifted_cache.update(symbolic.lift())
+        return lifted_cache
+
+    def route(s: Any, reg: Registry) -> Route:
+        o = outputs(s)
+        gates = concrete
+        H, m = o["H"], o["m"]
+        return Route(
+            path=forward_path(o["gd"], o["impl_gv"], o["gate"], o["triton"]),
+            use_gluon_decode=o["gd"],
+            use_gluon_verify=o["impl_gv"],
+            use_persistent_metadata=o["gate"],
+            wants_persistent_metadata=o["wants"],
+            mtp_decode_qlen=o["T"],
+            decode_heads=H,
+            head_padding=padding_of(H, m, any_of_divisor(H, m)),
+            padded_q_heads=m,
+            request=asm_request(s, m, o["gate"], causal=s.causal if gates.takes_causal else True),
+            gluon_batch_is_one=all_of(s.num_reqs == 1, s.max_qo_len == 1) if gates.flatten_verify else s.num_reqs == 1,
+            kv_scale_passed=gates.kv_scale_passed,
+            vllm_raises=o["raises"],
+            builder_use_gluon_verify=o["builder_gv"],
+        )
+
+    def scope(reg: Registry) -> list[Rule]:
+        rules: list[Rule] = [("the release's is_valid_num_heads", lambda s: outputs(s)["heads_valid"])]
+        if not concrete.takes_causal:
+            rules += causal_only(reg)
+        else:
+            rules.append((
+                "non-causal blocks only where supports_non_causal (gfx950, AITER takes causal=) for parallel drafters",
+                lambda s: implies(not_(s.causal), all_of(eq(s.arch, "gfx950"), reg.lookup_takes_causal,
+                                                         parallel_drafting(s))),
+            ))
+        if concrete.gathers_dcp:
+            rules.append(("modelled scope: dcp_world_size == 1 (DCP routes not modelled)", lambda s: s.dcp_world_size == 1))
+        return rules
+
+    return Revision(
+        id=source.label,
+        title=f"real gates of {source.label}",
+        source=str(source.path),
+        route=route,
+        reorder_batch_threshold=reorder_batch_threshold,
+        is_valid_num_heads=lambda h: True,  # the release's own rule is in the scope (it may need the gathered heads)
+        scope=scope,
+    )
+
+
+def any_of_divisor(h: Any, m: Any) -> Any:
+    """``m % h == 0`` for the padded head count ``m`` (exact for h >= 1; see vllm_034)."""
+    from mla_model.logic import any_of
+
+    return any_of(divides_16(h), m == h)

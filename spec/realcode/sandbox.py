@@ -1,0 +1,192 @@
+"""Execute the extracted gate definitions against platform stubs, and call them.
+
+The namespace the code runs in has only: the taken definitions, a small set of
+pure builtins, an ``__import__`` that answers the stubbed modules and refuses
+every other one, and the stubs below.  The stubs read a :class:`Platform`
+(arch, the ``VLLM_ROCM_AITER_MLA_ASM_PADDING`` mode, the KV dtype rules) that
+the caller sets per shape; its values may be plain or symbolic (see
+:mod:`spec.realcode.symexec`).
+
+Pitfalls handled (vllm_releases.md §5): every ``lru_cache`` in the namespace
+is cleared before each call (a cached arch answer would leak between shapes);
+``vllm.platforms.rocm`` is always stubbed (unstubbed, the real code silently
+decides "not gfx950"); the predicates are called by keyword, filtered through
+their signatures (they grow across releases).
+"""
+
+from __future__ import annotations
+
+import __future__
+import builtins
+import functools
+import inspect
+import math
+import types
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from spec.realcode.extract import HELPER, SAFE_BUILTIN_NAMES, STUB_MODULES, Extracted, RefusedCode
+
+
+@dataclass
+class Platform:
+    """What the stubs answer: set before each call (plain values or symbolic ones)."""
+
+    arch: Any = "gfx950"
+    mode: Any = "auto"
+
+
+class _Logger:
+    def warning_once(self, *a: Any, **k: Any) -> None: ...
+    def warning(self, *a: Any, **k: Any) -> None: ...
+    def info(self, *a: Any, **k: Any) -> None: ...
+    def info_once(self, *a: Any, **k: Any) -> None: ...
+    def debug(self, *a: Any, **k: Any) -> None: ...
+
+
+class _NoFilePath:
+    """``Path`` in the sandbox: any use is an OSError, as if AITER's sources were absent."""
+
+    def __init__(self, *a: Any, **k: Any) -> None:
+        raise OSError("mla-spec sandbox: no file access")
+
+
+def _is_quantized_kv_cache(kv_cache_dtype: Any) -> Any:
+    """vLLM's is_quantized_kv_cache for this backend's dtypes: the fp8 spellings."""
+    return kv_cache_dtype.startswith("fp8")
+
+
+class LoadedCode:
+    """The executed definitions of one rocm_aiter_mla.py, callable under a Platform."""
+
+    def __init__(self, extracted: Extracted, platform: Platform | None = None, builtins_override: dict | None = None):
+        self.extracted = extracted
+        self.label = extracted.label
+        self.platform = platform or Platform()
+        p = self.platform
+        rocm = types.SimpleNamespace(
+            on_gfx950=lambda: p.arch == "gfx950",
+            on_gfx942=lambda: p.arch == "gfx942",
+            get_cdna_version=lambda: _cdna(p.arch),
+        )
+        envs = _Envs(p)
+        platforms = types.SimpleNamespace(rocm=rocm)
+        modules = {
+            "vllm.envs": envs,
+            "vllm.platforms.rocm": rocm,
+            "vllm.platforms": platforms,
+            "vllm": types.SimpleNamespace(envs=envs, platforms=platforms),
+            "functools": functools,
+            "math": math,
+        }
+
+        def stub_import(name, globals=None, locals=None, fromlist=(), level=0):
+            if name == "aiter.jit.core":
+                raise ImportError("mla-spec sandbox: AITER sources are not available (native H24 off)")
+            if name not in STUB_MODULES or name not in modules:
+                raise ImportError(f"mla-spec sandbox: import of {name!r} refused")
+            return modules[name] if fromlist else modules[name.split(".")[0]]
+
+        safe = {n: getattr(builtins, n) for n in SAFE_BUILTIN_NAMES if hasattr(builtins, n)}
+        safe.update(builtins_override or {})
+        safe["__import__"] = stub_import
+        safe["__build_class__"] = builtins.__build_class__
+        self.namespace: dict[str, Any] = {
+            "__builtins__": safe,
+            "__name__": "mla_spec_sandbox",
+            "functools": functools,
+            "math": math,
+            "logger": _Logger(),
+            "is_quantized_kv_cache": _is_quantized_kv_cache,
+            "Path": _NoFilePath,
+            "Final": None,
+            "ClassVar": None,
+            "torch": types.SimpleNamespace(),
+            "envs": envs,
+            "on_gfx950": rocm.on_gfx950,
+            "on_gfx942": rocm.on_gfx942,
+            "get_cdna_version": rocm.get_cdna_version,
+        }
+        from enum import Enum
+
+        self.namespace["Enum"] = Enum
+        code = compile(extracted.module, f"<{self.label}: extracted gates>", "exec",
+                       flags=__future__.annotations.compiler_flag, dont_inherit=True)
+        try:
+            exec(code, self.namespace)  # only the extracted, checked definitions run here
+        except NameError as e:
+            raise RefusedCode(f"{self.label}: defining the gates needs {e.name!r}, which is outside the stub set") from None
+        self.helper = self.namespace[HELPER]
+        self._caches = [v for v in self.namespace.values() if hasattr(v, "cache_clear")]
+        self._params: dict[str, tuple[str, ...]] = {}
+        self._cached_for: Any = None  # the platform the lru_caches were filled under
+
+    # -- calling ---------------------------------------------------------------------------
+
+    def clear_caches(self) -> None:
+        for fn in self._caches:
+            fn.cache_clear()
+        self._cached_for = None
+
+    def _fresh_caches(self) -> None:
+        """Clear every lru_cache unless it was filled under this very (plain) platform."""
+        key = (self.platform.arch, self.platform.mode)
+        if not all(isinstance(k, str) for k in key) or key != self._cached_for:
+            self.clear_caches()
+            self._cached_for = key if all(isinstance(k, str) for k in key) else None
+
+    def has(self, predicate: str) -> bool:
+        return predicate in self.extracted.predicates
+
+    def call(self, predicate: str, **kwargs: Any) -> Any:
+        """Call ``AiterMLAHelper.<predicate>`` with the keyword arguments its signature takes."""
+        fn = getattr(self.helper, predicate)
+        params = self.params(predicate)
+        self._fresh_caches()
+        return self._guard(fn, **{k: v for k, v in kwargs.items() if k in params})
+
+    def params(self, predicate: str) -> tuple[str, ...]:
+        if predicate not in self._params:
+            self._params[predicate] = tuple(inspect.signature(getattr(self.helper, predicate)).parameters)
+        return self._params[predicate]
+
+    def builder(self, attrs: dict[str, Any], vllm_config: Any) -> Any:
+        """A stub builder whose __init__ slice has run (sets _mtp_decode_qlen and friends)."""
+        builder = types.SimpleNamespace(**attrs)
+        self._fresh_caches()
+        self._guard(self.namespace["mla_spec_builder_init"], builder, vllm_config)
+        return builder
+
+    def persistent_gate(self, builder: Any, max_qo_len: Any) -> Any:
+        self._fresh_caches()
+        return self._guard(self.namespace["mla_spec_persistent_gate"], builder, max_qo_len)
+
+    def inline_verify(self, impl: Any, max_qo_len: Any) -> Any:
+        self._fresh_caches()
+        return self._guard(self.namespace["mla_spec_inline_verify"], impl, types.SimpleNamespace(max_qo_len=max_qo_len))
+
+    def _guard(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except NameError as e:
+            raise RefusedCode(f"{self.label}: {getattr(fn, '__name__', fn)} reaches {e.name!r} at call time, "
+                              "which is outside the stub set") from None
+        except AttributeError as e:
+            if isinstance(e.obj, types.SimpleNamespace):
+                raise RefusedCode(f"{self.label}: {getattr(fn, '__name__', fn)} reads {e.name!r}, which the harness "
+                                  "does not model") from None
+            raise
+
+
+class _Envs:
+    def __init__(self, platform: Platform) -> None:
+        self._platform = platform
+
+    @property
+    def VLLM_ROCM_AITER_MLA_ASM_PADDING(self) -> Any:  # noqa: N802 - vLLM's name
+        return self._platform.mode
+
+
+def _cdna(arch: Any) -> Any:
+    """get_cdna_version(): 3 on gfx942 (CDNA3), 4 on gfx950 (CDNA4)."""
+    return 3 if arch == "gfx942" else 4

@@ -1,0 +1,283 @@
+"""Lift real Python predicates into z3 by path exploration.
+
+The real function runs on symbolic values: :class:`SymInt` (a z3 integer),
+:class:`SymStr` (an enumeration value over a z3 code) and :class:`SymBool`.
+Arithmetic and comparisons build z3 terms; the moment Python needs a concrete
+truth value (``if``, ``and``/``or``/``not``, ``max``, ``x in (...)``) the
+:class:`Explorer` picks a side, records the condition, and later re-runs the
+function down the other side, pruning sides that are infeasible.  The result
+is the list of (path condition, return value) pairs, folded into one z3 term
+per output.  That term is the real code's meaning over unbounded integers.
+
+Constructs the symbolic values cannot follow (``int()`` of a symbol outside the
+sandbox's own ``int``, hashing a symbol, too many paths) raise
+:class:`LiftingUnsupported`; callers fall back to the bounded check and say so.
+"""
+
+from __future__ import annotations
+
+import builtins
+from typing import Any, Callable, Sequence
+
+import z3
+
+from mla_model.logic import EnumTerm
+
+MAX_PATHS = 20_000
+
+
+class LiftingUnsupported(Exception):
+    """The real code did something path exploration does not follow."""
+
+
+_current: list["Explorer"] = []
+
+
+def _decide(cond: Any) -> bool:
+    if not _current:
+        raise LiftingUnsupported("a symbolic value was branched on outside an exploration")
+    return _current[-1].decide(cond)
+
+
+def term_of(x: Any) -> Any:
+    """The z3 term of a symbolic or plain value."""
+    if isinstance(x, (SymInt, SymBool)):
+        return x.term
+    if isinstance(x, SymStr):
+        return x.enum.term
+    if isinstance(x, bool):
+        return z3.BoolVal(x)
+    if isinstance(x, int):
+        return z3.IntVal(x)
+    raise LiftingUnsupported(f"cannot turn {type(x).__name__} {x!r} into a z3 term")
+
+
+class SymBool:
+    __slots__ = ("term",)
+
+    def __init__(self, term: Any) -> None:
+        self.term = term
+
+    def __bool__(self) -> bool:
+        return _decide(self.term)
+
+    def __invert__(self) -> "SymBool":
+        return SymBool(z3.Not(self.term))
+
+    def __eq__(self, other: Any) -> Any:  # type: ignore[override]
+        return SymBool(self.term == term_of(other))
+
+    def __hash__(self) -> int:
+        raise LiftingUnsupported("a symbolic boolean was hashed")
+
+
+def _int_term(x: Any) -> Any:
+    if isinstance(x, SymInt):
+        return x.term
+    if isinstance(x, bool) or not isinstance(x, int):
+        raise LiftingUnsupported(f"integer arithmetic with {type(x).__name__}")
+    return z3.IntVal(x)
+
+
+class SymInt:
+    __slots__ = ("term",)
+
+    def __init__(self, term: Any) -> None:
+        self.term = term
+
+    def _bin(self, other: Any, op: Callable, reflected: bool = False) -> "SymInt":
+        a, b = self.term, _int_term(other)
+        return SymInt(op(b, a) if reflected else op(a, b))
+
+    def __add__(self, o): return self._bin(o, lambda a, b: a + b)
+    def __radd__(self, o): return self._bin(o, lambda a, b: a + b, True)
+    def __sub__(self, o): return self._bin(o, lambda a, b: a - b)
+    def __rsub__(self, o): return self._bin(o, lambda a, b: a - b, True)
+    def __mul__(self, o): return self._bin(o, lambda a, b: a * b)
+    def __rmul__(self, o): return self._bin(o, lambda a, b: a * b, True)
+
+    def __floordiv__(self, o):
+        if not isinstance(o, int) or o <= 0:
+            raise LiftingUnsupported("floor division by a symbol or a non-positive constant")
+        return SymInt(self.term / o)  # z3 integer division floors for a positive divisor
+
+    def __truediv__(self, o):
+        return SymOpaque(f"true division of a symbolic integer by {o!r}")
+
+    def __rtruediv__(self, o):
+        return SymOpaque("true division by a symbolic integer")
+
+    def __rfloordiv__(self, o):
+        raise LiftingUnsupported("floor division by a symbol")
+
+    def __mod__(self, o):
+        if not isinstance(o, int) or o <= 0:
+            raise LiftingUnsupported("modulo by a symbol or a non-positive constant")
+        return SymInt(self.term % o)
+
+    def __rmod__(self, o):
+        if not isinstance(o, int):
+            raise LiftingUnsupported("modulo of a non-integer")
+        # o % x for x in 1..o is a finite case split; outside it, z3's own (non-linear) mod.
+        term = z3.IntVal(o) % self.term
+        for d in range(o, 0, -1):
+            term = z3.If(self.term == d, z3.IntVal(o % d), term)
+        return SymInt(term)
+
+    def __neg__(self): return SymInt(-self.term)
+    def __lt__(self, o): return SymBool(self.term < _int_term(o))
+    def __le__(self, o): return SymBool(self.term <= _int_term(o))
+    def __gt__(self, o): return SymBool(self.term > _int_term(o))
+    def __ge__(self, o): return SymBool(self.term >= _int_term(o))
+
+    def __eq__(self, o):  # type: ignore[override]
+        if o is None or isinstance(o, str):
+            return False
+        return SymBool(self.term == _int_term(o))
+
+    def __ne__(self, o):  # type: ignore[override]
+        if o is None or isinstance(o, str):
+            return True
+        return SymBool(self.term != _int_term(o))
+
+    def __bool__(self) -> bool:
+        return _decide(self.term != 0)
+
+    def __index__(self) -> int:
+        raise LiftingUnsupported("a symbolic integer was used as an index or converted with int()")
+
+    __int__ = __index__
+
+    def __hash__(self) -> int:
+        raise LiftingUnsupported("a symbolic integer was hashed")
+
+
+class SymOpaque:
+    """A value the lifting cannot represent (a float ratio for a log message): fine until used."""
+
+    __slots__ = ("why",)
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+    def _refuse(self, *a: Any) -> Any:
+        raise LiftingUnsupported(f"the code branches on or computes with {self.why}")
+
+    __bool__ = __index__ = __int__ = __float__ = __hash__ = _refuse
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __floordiv__ = _refuse
+    __lt__ = __le__ = __gt__ = __ge__ = __eq__ = __ne__ = _refuse
+
+
+class SymStr:
+    """An enumeration string (kv-cache dtype, mode, arch) over a z3 code."""
+
+    __slots__ = ("enum",)
+
+    def __init__(self, enum: EnumTerm) -> None:
+        self.enum = enum
+
+    def _is(self, names: Sequence[str]) -> SymBool:
+        codes = [self.enum.values.index(n) for n in names if n in self.enum.values]
+        return SymBool(z3.Or(*[self.enum.term == c for c in codes]) if codes else z3.BoolVal(False))
+
+    def __eq__(self, o):  # type: ignore[override]
+        return self._is([o]) if isinstance(o, str) else False
+
+    def __ne__(self, o):  # type: ignore[override]
+        return ~self._is([o]) if isinstance(o, str) else True
+
+    def startswith(self, prefix: str) -> SymBool:
+        return self._is([v for v in self.enum.values if v.startswith(prefix)])
+
+    def lower(self) -> "SymStr":
+        if any(v != v.lower() for v in self.enum.values):
+            raise LiftingUnsupported("lower() of an enumeration with upper-case values")
+        return self
+
+    def __bool__(self) -> bool:
+        if all(self.enum.values):
+            return True
+        return _decide(self._is([v for v in self.enum.values if v]).term)
+
+    def __hash__(self) -> int:
+        raise LiftingUnsupported("a symbolic string was hashed")
+
+
+def sym_int_builtin(x: Any = 0, *args: Any) -> Any:
+    """``int`` inside the sandbox during lifting: symbols pass through unchanged."""
+    if isinstance(x, SymInt):
+        return x
+    if isinstance(x, (SymBool, SymStr)):
+        raise LiftingUnsupported(f"int() of a {type(x).__name__}")
+    return builtins.int(x, *args)
+
+
+LIFTING_BUILTINS = {"int": sym_int_builtin}
+
+
+class Explorer:
+    """Depth-first exploration of every feasible path of a function on symbolic inputs."""
+
+    def __init__(self, assumptions: Sequence[Any] = ()) -> None:
+        self.solver = z3.Solver()
+        self.solver.add(*assumptions)
+        self.forced: tuple[bool, ...] = ()
+        self.trace: list[bool] = []
+        self.conds: list[Any] = []
+        self.both_feasible: list[bool] = []
+
+    def _feasible(self, extra: Any) -> bool:
+        self.solver.push()
+        self.solver.add(*self.conds, extra)
+        answer = self.solver.check()
+        self.solver.pop()
+        if answer == z3.unknown:
+            raise LiftingUnsupported("z3 could not decide a path condition")
+        return answer == z3.sat
+
+    def decide(self, cond: Any) -> bool:
+        cond = z3.simplify(cond)
+        i = len(self.trace)
+        if z3.is_true(cond) or z3.is_false(cond):
+            choice, both = z3.is_true(cond), False
+        elif i < len(self.forced):
+            choice, both = self.forced[i], False
+        else:
+            can_true, can_false = self._feasible(cond), self._feasible(z3.Not(cond))
+            choice, both = (True if can_true else False), (can_true and can_false)
+        self.trace.append(choice)
+        self.both_feasible.append(both)
+        self.conds.append(cond if choice else z3.Not(cond))
+        return choice
+
+    def explore(self, fn: Callable[[], Any]) -> list[tuple[list[Any], Any]]:
+        paths: list[tuple[list[Any], Any]] = []
+        pending: list[tuple[bool, ...]] = [()]
+        _current.append(self)
+        try:
+            while pending:
+                if len(paths) >= MAX_PATHS:
+                    raise LiftingUnsupported(f"more than {MAX_PATHS} paths")
+                self.forced, self.trace, self.conds, self.both_feasible = pending.pop(), [], [], []
+                try:
+                    value = fn()
+                except LiftingUnsupported:
+                    raise
+                except Exception as e:  # the real code raises on this path
+                    raise LiftingUnsupported(f"the code raises {type(e).__name__} on a feasible path: {e}") from None
+                paths.append((list(self.conds), value))
+                for i in range(len(self.forced), len(self.trace)):
+                    if self.both_feasible[i]:
+                        pending.append(tuple(self.trace[:i]) + (not self.trace[i],))
+        finally:
+            _current.pop()
+        return paths
+
+
+def fold(paths: list[tuple[list[Any], Any]], pick: Callable[[Any], Any] = lambda v: v) -> Any:
+    """One z3 term from the paths' values: the value of the path whose condition holds."""
+    terms = [(z3.And(*conds) if conds else z3.BoolVal(True), term_of(pick(value))) for conds, value in paths]
+    result = terms[-1][1]
+    for cond, value in reversed(terms[:-1]):
+        result = z3.If(cond, value, result)
+    return result
