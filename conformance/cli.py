@@ -173,10 +173,10 @@ def audit_command(vllm_flag, releases, registries, invariants, fmt, max_classes,
                           max_classes, timeout)
     if fmt == "json":
         _report(results, fmt)
-    console = Console(highlight=False)
-    table = Table(title="mla-spec audit: real gates of each release")
-    table.add_column("invariant", style="bold", no_wrap=True)
     labels = list(dict.fromkeys((r.revision, r.registry) for r in results))
+    console = Console(highlight=False, width=max(80, 30 + 9 * len(labels)))
+    table = Table(title="mla-spec audit: real gates of each release (✓ proved, ✗ n: violated in n classes)")
+    table.add_column("invariant", style="bold", no_wrap=True)
     for rev, reg in labels:
         table.add_column(rev.replace("vllm==", "") + ("" if len({g for _, g in labels}) == 1 else f"\n{reg}"),
                          no_wrap=True)
@@ -189,8 +189,8 @@ def audit_command(vllm_flag, releases, registries, invariants, fmt, max_classes,
 
 
 def _short(r: CheckResult) -> str:
-    return {"PROVED": "[green]proved[/]", "UNKNOWN": "[yellow]unknown[/]"}.get(
-        r.verdict, f"[red]{r.classes}{'' if r.complete else '+'} cls[/]")
+    return {"PROVED": "[green]✓[/]", "UNKNOWN": "[yellow]?[/]"}.get(
+        r.verdict, f"[red]✗ {r.classes}{'' if r.complete else '+'}[/]")
 
 
 @main.command("bind")

@@ -203,9 +203,14 @@ def tuple_in(terms: Sequence[Any], rows: Iterable[tuple]) -> Any:
     """
     terms, rows = list(terms), [tuple(r) for r in rows]
     kind = _kind(*terms)
+    # Plain (scalar) terms select the rows they match; the symbolic or array terms are matched below.
+    norm = lambda v: int(v) if isinstance(v, (bool, np.bool_, np.integer)) else v  # noqa: E731
     if kind == "py":
-        norm = lambda v: int(v) if isinstance(v, (bool, np.bool_, np.integer)) else v  # noqa: E731
         return tuple(norm(t) for t in terms) in {tuple(norm(v) for v in r) for r in rows}
+    scalar = [i for i, t in enumerate(terms) if not isinstance(t, (EnumTerm, np.ndarray)) and not _is_z3(t)]
+    rows = [r for r in rows if all(norm(r[i]) == norm(terms[i]) for i in scalar)]
+    keep = [i for i in range(len(terms)) if i not in scalar]
+    terms, rows = [terms[i] for i in keep], [tuple(r[i] for i in keep) for r in rows]
     # Translate enumeration names to codes; a row naming a value outside a term's domain never matches.
     coded = []
     for r in rows:
@@ -220,6 +225,8 @@ def tuple_in(terms: Sequence[Any], rows: Iterable[tuple]) -> Any:
         return z3.Or(*[z3.And(*[match(x, v) for x, v in zip(lifted, r)]) for r in coded]) if coded else z3.BoolVal(False)
     if not coded:
         return np.zeros(np.broadcast_shapes(*[np.shape(x) for x in raw]), dtype=bool)
+    if not raw:
+        return np.ones((), dtype=bool)
     table = np.array(coded, dtype=np.int64)
     bases = table.max(axis=0) + 1
     key = np.zeros((), dtype=np.int64)

@@ -5,7 +5,9 @@
   median of 5 runs;
 * the numpy interpretation: shapes per second for route + AITER lookup + all
   invariants on a table of 10^6 random shapes, per revision;
-* with ``--sweep``: the exhaustive box sweep per (revision, registry).
+* with ``--sweep``: the exhaustive box sweep per (revision, registry);
+* with ``--realcode 0.27.1 0.28.0 ...``: per release, the time to lift all its
+  gates into z3 and the real-function calls per second of the bounded check.
 """
 
 from __future__ import annotations
@@ -70,7 +72,21 @@ def check_wall_time(runs: int = 5) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", action="store_true", help="also time the exhaustive box sweeps")
+    parser.add_argument("--realcode", nargs="*", default=[], metavar="RELEASE", help="also time lifting and binding")
     args = parser.parse_args()
+    for release in args.realcode:
+        from spec.realcode.bind import bounded_comparison, default_model
+        from spec.realcode.revision import RealGates
+        from spec.realcode.source import resolve
+
+        source = resolve(release)
+        start = time.perf_counter()
+        lifted = RealGates(source, lifting=True).lift()
+        seconds = time.perf_counter() - start
+        rows = bounded_comparison(RealGates(source), default_model(source.label) or "vllm-0.34")
+        rates = {r.function: r.real_calls_per_second for r in rows if r.checked}
+        print(f"{source.label}: lifting {seconds:.2f} s ({lifted['paths']} paths); bounded real calls/s: "
+              + ", ".join(f"{k} {v / 1e6:.2f} M" for k, v in rates.items()))
     times = check_wall_time()
     print(f"mla-spec check (default, all revisions x registries x invariants): "
           f"median {statistics.median(times):.2f} s of {[round(t, 2) for t in times]}")

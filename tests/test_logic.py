@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from mla_model.logic import (
     EnumTerm, all_of, any_of, ceil_to_multiple, choose, if_then_else, is_in, lookup_int, maximum, not_, product,
-    product_in,
+    product_in, tuple_in,
 )
 
 small = st.integers(1, 300)
@@ -63,3 +63,16 @@ def test_enum_membership_translates_names_to_codes():
     s = z3.Solver()
     s.add(is_in(EnumTerm(kv, x), ("fp8",)))
     assert s.check() == z3.sat and s.model()[x].as_long() == 2
+
+
+def test_tuple_in_mixes_plain_array_and_symbolic_terms():
+    rows = [("gfx950", "fp8", 16, True), ("gfx942", "bf16", 32, False)]
+    arch = ("gfx942", "gfx950")
+    kv = EnumTerm(("bf16", "fp8"), np.array([1, 0, 1]))
+    got = tuple_in(["gfx950", kv, np.array([16, 16, 32]), True], rows)  # a plain arch among arrays
+    assert list(got) == [True, False, False]
+    assert tuple_in(["gfx942", "bf16", 32, False], rows) and not tuple_in(["gfx942", "bf16", 32, True], rows)
+    x = z3.Int("heads")
+    s = z3.Solver()
+    s.add(tuple_in([EnumTerm(arch, z3.IntVal(1)), "fp8", x, z3.BoolVal(True)], rows))
+    assert s.check() == z3.sat and s.model()[x].as_long() == 16

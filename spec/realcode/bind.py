@@ -168,10 +168,10 @@ def bounded_comparison(gates: RealGates, model_id: str, max_differences: int = 3
 
 def bind(spec: str, model_id: str | None = None, symbolic: bool = True) -> tuple[str, str, list[Comparison]]:
     source = resolve(spec)
+    gates = RealGates(source)  # refuses a file that is not a loadable backend before anything else
     model_id = model_id or default_model(source.label)
     if model_id is None:
         raise ValueError(f"no model revision is known for {source.label}; pass --revision")
-    gates = RealGates(source)
     rows = bounded_comparison(gates, model_id)
     if symbolic:
         rows = symbolic_comparison(real_revision(spec), get_revision(model_id)) + rows

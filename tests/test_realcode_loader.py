@@ -1,0 +1,140 @@
+"""The real-code loader on files written for the tests: binding, lifting, refusal, bad input.
+
+No network: tests/data/mini_rocm_aiter_mla.py has the shape of vLLM's file and
+routes like the vllm-0.28 model revision; the crafted files below try to run
+code at import time or escape the sandbox.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spec.invariants import INVARIANT_BY_ID
+from spec.prover import PROVED, check
+from spec.realcode.bind import bind
+from spec.realcode.extract import RefusedCode, extract
+from spec.realcode.revision import RealGates, real_revision
+from spec.realcode.sandbox import LoadedCode
+from spec.realcode.source import Source, SourceError, resolve
+
+MINI = Path(__file__).parent / "data" / "mini_rocm_aiter_mla.py"
+
+
+def test_mini_file_loads_without_running_module_code(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    gates = RealGates(resolve(str(MINI)))
+    assert not (tmp_path / "mini_rocm_aiter_mla.ran").exists()
+    assert gates.code.call("use_gluon_decode", num_heads=8, max_qo_len=1, kv_cache_dtype="auto") is True
+    assert gates.code.call("use_gluon_decode", num_heads=8, max_qo_len=1, kv_cache_dtype="fp8_e4m3") is False
+
+
+def test_stale_lru_cache_never_leaks_between_arches():
+    code = LoadedCode(extract(resolve(str(MINI))))
+    code.platform.arch = "gfx950"
+    assert code.call("use_gluon_decode", num_heads=8, max_qo_len=1, kv_cache_dtype="auto")
+    code.platform.arch = "gfx942"
+    assert not code.call("use_gluon_decode", num_heads=8, max_qo_len=1, kv_cache_dtype="auto")
+
+
+def test_mini_file_is_equivalent_to_the_0_28_model_symbolically_and_bounded():
+    label, model, rows = bind(str(MINI), "vllm-0.28")
+    assert model == "vllm-0.28"
+    assert {r.function: r.verdict for r in rows if r.method == "symbolic"} == {
+        name: "EQUIVALENT" for name in ("validity", "path", "use_gluon_decode", "use_gluon_verify",
+                                        "use_persistent_metadata", "wants_persistent_metadata",
+                                        "mtp_decode_qlen", "decode_heads")}
+    bounded = {r.function: r for r in rows if r.method == "bounded"}
+    assert bounded["use_gluon_decode"].verdict == "EQUIVALENT" and bounded["use_gluon_decode"].checked == 294912
+
+
+def test_bind_reports_the_first_differing_shape_against_the_wrong_model():
+    _, _, rows = bind(str(MINI), "vllm-0.27")
+    decode = next(r for r in rows if r.method == "symbolic" and r.function == "use_gluon_decode")
+    assert decode.verdict == "DIFFERENT"
+    d = decode.differences[0]
+    assert d["real"] != d["model"] and d["shape"]["num_heads"] < 16 and d["shape"]["max_qo_len"] == 1
+
+
+def test_invariants_proved_on_the_lifted_mini_file():
+    rev = real_revision(str(MINI))
+    for inv in ("fp8-never-reaches-gluon", "metadata-covers-qlen", "block-n-key-exists"):
+        assert check(rev, "aiter-0.1.19", INVARIANT_BY_ID[inv]).verdict == PROVED
+
+
+CRAFTED = '''
+import os
+open("{marker}", "w").write("module level ran")
+
+class AiterMLAHelper:
+    @staticmethod
+    def use_gluon_decode(num_heads, max_qo_len, kv_cache_dtype):
+        {body}
+        return False
+
+class B:
+    def __init__(self, vllm_config):
+        self._mtp_decode_qlen = 1
+    def _build_decode(self, max_qo_len):
+        use_persistent_metadata = max_qo_len <= self._mtp_decode_qlen
+
+class I:
+    def forward_mqa(self):
+        if self.num_heads < 16 and decode.max_qo_len > 1:
+            pass
+'''
+
+
+@pytest.mark.parametrize(
+    "body, refused",
+    [
+        ('os.system("touch {marker}.system")', "'os'"),
+        ('__import__("os").system("touch {marker}.system")', "'__import__'"),
+        ('import subprocess', "'subprocess'"),
+        ('().__class__.__bases__[0].__subclasses__()', "'__subclasses__'"),
+        ('eval("1")', "'eval'"),
+    ],
+)
+def test_crafted_file_runs_nothing_and_names_the_refused_call(tmp_path, body, refused):
+    marker = tmp_path / "written"
+    path = tmp_path / "rocm_aiter_mla.py"
+    path.write_text(CRAFTED.format(marker=marker, body=body.format(marker=marker)))
+    with pytest.raises(RefusedCode, match=refused):
+        RealGates(Source(str(path), path, path.read_text()))
+    assert not marker.exists() and not Path(f"{marker}.system").exists()
+
+
+def run(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "conformance", *args], capture_output=True, text=True,
+                          timeout=600, cwd=cwd)
+
+
+@pytest.mark.parametrize(
+    "make, needle",
+    [
+        (lambda d: d / "missing.py", "no such file, directory or vLLM release"),
+        (lambda d: (d / "broken.py").write_text("def (:\n") and d / "broken.py", "syntax error at line 1"),
+        (lambda d: (d / "other.py").write_text("x = 1\n") and d / "other.py", "no class AiterMLAHelper"),
+        (lambda d: d, "no vllm/v1/attention/backends/mla/rocm_aiter_mla.py in this directory"),
+    ],
+)
+def test_bad_real_code_input_is_one_line_exit_2(tmp_path, make, needle):
+    target = make(tmp_path)
+    for cmd in (["check", "--vllm", str(target)], ["bind", "--vllm", str(target)], ["audit", str(target)]):
+        out = run(*cmd)
+        lines = out.stderr.strip().splitlines()
+        assert out.returncode == 2, (cmd, out.stderr)
+        assert len(lines) == 1 and needle in lines[0] and "Traceback" not in out.stderr, out.stderr
+
+
+def test_vllm_tree_and_installed_package_layouts_resolve(tmp_path):
+    for root in (tmp_path / "tree", tmp_path / "site" / "vllm"):
+        rel = Path("v1/attention/backends/mla/rocm_aiter_mla.py")
+        target = (root / "vllm" / rel) if root.name == "tree" else (root / rel)
+        target.parent.mkdir(parents=True)
+        target.write_text(MINI.read_text())
+        assert resolve(str(root)).path == target

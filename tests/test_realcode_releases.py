@@ -1,0 +1,52 @@
+"""The real vLLM releases (fetched from PyPI once, cached): what #51011 changed, proved on the code.
+
+Marked ``network``: they download sdists with pip on first use (about 40 MB
+each, cached in ~/.cache/mla-spec). CI runs them.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from spec.invariants import INVARIANT_BY_ID
+from spec.prover import PROVED, VIOLATED, check
+from spec.realcode.bind import bind
+from spec.realcode.revision import real_revision
+
+pytestmark = pytest.mark.network
+
+
+def test_0_27_1_real_code_sends_fp8_to_gluon_and_sizes_metadata_from_the_whitelist():
+    rev = real_revision("0.27.1")
+    fp8 = check(rev, "aiter-0.1.19", INVARIANT_BY_ID["fp8-never-reaches-gluon"])
+    assert fp8.verdict == VIOLATED
+    assert any(c.shape.arch == "gfx950" and c.shape.max_qo_len == 1 and 16 % c.shape.num_heads == 0
+               for c in fp8.counterexamples)
+    sizing = check(rev, "aiter-0.1.19", INVARIANT_BY_ID["metadata-covers-qlen"])
+    assert sizing.verdict == VIOLATED
+    assert {c.shape.spec_method for c in sizing.counterexamples} & {"dflash", "dspark", "eagle"}
+
+
+def test_0_28_0_real_code_proves_both_absent():
+    rev = real_revision("0.28.0")
+    for registry in ("aiter-0.1.19", "aiter-0.1.20"):
+        for inv in ("fp8-never-reaches-gluon", "metadata-covers-qlen", "block-n-key-exists"):
+            assert check(rev, registry, INVARIANT_BY_ID[inv]).verdict == PROVED, (registry, inv)
+
+
+@pytest.mark.parametrize("release, model", [("0.27.1", "vllm-0.27"), ("0.28.0", "vllm-0.28"), ("0.34.0", "vllm-0.34")])
+def test_model_revisions_are_equivalent_to_the_real_predicates(release, model):
+    label, model_id, rows = bind(release, model, symbolic=True)
+    symbolic = [r for r in rows if r.method == "symbolic"]
+    assert symbolic and all(r.verdict == "EQUIVALENT" for r in symbolic), [r.to_json() for r in symbolic]
+
+
+def test_a_release_that_does_not_exist_is_one_line_exit_2():
+    out = subprocess.run([sys.executable, "-m", "conformance", "check", "--vllm", "0.0.999"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "0.0.999" in lines[0], out.stderr
