@@ -214,14 +214,20 @@ def bind_command(spec, revision, fmt, no_symbolic) -> None:
     else:
         console = Console(highlight=False)
         table = Table(title=f"mla-spec bind: {label} against the model revision {model_id}")
-        for col in ("function", "method", "verdict", "points", "seconds", "first difference / reason"):
-            table.add_column(col, no_wrap=col != "first difference / reason")
+        for col in ("function", "method", "verdict", "points", "seconds"):
+            table.add_column(col, no_wrap=True)
         for r in rows:
             colour = {"EQUIVALENT": "green", "DIFFERENT": "red"}.get(r.verdict, "yellow")
-            first = r.reason or (json.dumps(r.differences[0], default=str) if r.differences else "")
-            table.add_row(r.function, r.method, f"[{colour}]{r.verdict}[/]", str(r.checked) if r.checked else "",
-                          f"{r.seconds:.2f}", first)
+            table.add_row(r.function, r.method, f"[{colour}]{r.verdict}[/]", f"{r.checked:,}" if r.checked else "",
+                          f"{r.seconds:.2f}")
         console.print(table)
+        for r in rows:
+            if r.reason:
+                console.print(f"{r.function} ({r.method}): {r.reason}")
+            for d in r.differences:
+                where = shape_summary(Shape(**d["shape"])) if "shape" in d else json.dumps(d["inputs"])
+                console.print(f"[red]{r.function}[/] ({r.method}) differs at {where}: "
+                              f"real {d['real']!r}, model {d['model']!r}", soft_wrap=True)
     # 1: some function differs; 3: lifting failed, so the gate was not compared symbolically.
     if any(r.verdict == "DIFFERENT" for r in rows):
         sys.exit(EXIT_VIOLATED)
@@ -244,6 +250,8 @@ def list_command(fmt) -> None:
         click.echo(json.dumps({"revisions": revisions, "registries": registries, "invariants": invariants}, indent=2))
         return
     console = Console(highlight=False)
+    for r in revisions:
+        console.print(f"[bold]{r['id']}[/] accepts a shape when: " + "; ".join(r["validity"]))
     for title, rows, cols in (
         ("gate revisions", revisions, ("id", "title", "source")),
         ("AITER registries", registries, ("id", "source")),
