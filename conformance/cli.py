@@ -263,3 +263,59 @@ def list_command(fmt) -> None:
         for row in rows:
             table.add_row(*[str(row[c]) for c in cols])
         console.print(table)
+
+
+def _shape_options(fn: Any) -> Any:
+    """One option per Shape field, named after it (--num-heads for num_heads)."""
+    from mla_model.shape import FIELDS
+
+    for spec in reversed(FIELDS):
+        flag = "--" + spec.name.replace("_", "-")
+        if spec.kind == "enum":
+            fn = click.option(flag, spec.name, type=click.Choice(list(spec.values)), help=spec.doc)(fn)
+        elif spec.kind == "bool":
+            fn = click.option(flag, spec.name, type=click.BOOL, help=f"{spec.doc} (true/false)")(fn)
+        else:
+            fn = click.option(flag, spec.name, type=click.IntRange(min=spec.minimum), help=spec.doc)(fn)
+    return fn
+
+
+@main.command("explain")
+@click.option("--revision", type=click.Choice(list(REVISIONS)), default="vllm-0.28", show_default=True)
+@click.option("--registry", type=click.Choice(list(REGISTRY_IDS)), default="aiter-0.1.20", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@_shape_options
+def explain_command(revision, registry, fmt, **fields) -> None:
+    """Explain one shape: validity, route, AITER's kernel lookup, each invariant, why not persistent."""
+    from spec.explain import explain
+
+    try:
+        shape = Shape(**{k: v for k, v in fields.items() if v is not None})
+    except ValueError as e:
+        raise BadInput(str(e)) from None
+    out = explain(REVISIONS[revision], load_registry(registry), shape)
+    if fmt == "json":
+        click.echo(json.dumps(out, indent=2))
+        sys.exit(EXIT_OK)
+    console = Console(highlight=False)
+    console.print(f"[bold]{shape_summary(shape)}[/] on {revision} with {registry}")
+    if not out["valid"]:
+        broken = [name for name, ok in out["validity"].items() if not ok]
+        console.print(f"[yellow]not a shape the engine accepts[/]: breaks {'; '.join(broken)}")
+    r, k = out["route"], out["kernel"]
+    console.print(f"  use_gluon_decode={r['use_gluon_decode']}  use_gluon_verify={r['use_gluon_verify']}  "
+                  f"use_persistent_metadata={r['use_persistent_metadata']}  _mtp_decode_qlen={r['mtp_decode_qlen']}")
+    console.print(f"  route: [cyan]{r['path']}[/], {r['decode_heads']} heads -> {r['request']['padded_heads']} "
+                  f"({r['head_padding']}), qlen {r['request']['kernel_qlen']}")
+    if r["path"].startswith("asm"):
+        key = " ".join(f"{a}:{b}" for a, b in k["key"].items())
+        console.print(f"  AITER: persistent={k['persistent_after_aiter']}  key {key}  -> "
+                      f"{k['kernel'] or '[red]no kernel[/]'}"
+                      + (f"  get_block_n_fp8[{k['block_n_key']}] {'ok' if k['block_n_key_ok'] else '[red]KeyError[/]'}"
+                         if k["block_n_lookup"] else ""))
+    if "why_not_persistent" in out:
+        console.print("  why not persistent: the gate stays closed for " + ", ".join(out["why_not_persistent"]))
+    for inv_id, v in out["invariants"].items():
+        mark = "[green]holds[/]" if v["holds"] else f"[red]VIOLATED[/]: {v['symptom']}"
+        console.print(f"  {inv_id}: {mark}", soft_wrap=True)
+    sys.exit(EXIT_OK)

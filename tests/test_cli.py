@@ -77,3 +77,29 @@ def test_docs_describe_every_invariant_as_the_catalogue_does():
     text = Path(__file__).parent.parent.joinpath("docs", "invariants.md").read_text()
     for inv in INVARIANTS:
         assert f"## `{inv.id}`" in text and inv.statement in text and inv.symptom in text, inv.id
+
+
+def test_explain_shows_route_kernel_and_why_not_persistent():
+    out = run("explain", "--revision", "vllm-0.27", "--registry", "aiter-0.1.19", "--arch", "gfx950",
+              "--kv-cache-dtype", "fp8", "--num-heads", "16", "--spec-method", "dspark", "--num-spec-tokens", "2",
+              "--max-qo-len", "5", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["valid"] and data["route"]["path"] == "asm_nonpersistent"
+    assert data["kernel"]["block_n_lookup"] and data["kernel"]["block_n_key"] == 80 and not data["kernel"]["block_n_key_ok"]
+    assert "max_qo_len=5" in data["why_not_persistent"] and "spec_method=dspark" in data["why_not_persistent"]
+    assert not data["invariants"]["metadata-covers-qlen"]["holds"]
+    assert data["invariants"]["fp8-never-reaches-gluon"]["holds"]
+
+
+def test_explain_names_the_gate_clause_that_keeps_a_padded_bf16_rank_off_the_schedule():
+    out = run("explain", "--arch", "gfx942", "--num-heads", "12", "--spec-method", "mtp", "--num-spec-tokens", "5",
+              "--max-qo-len", "6", "--format", "json")
+    data = json.loads(out.stdout)
+    assert data["why_not_persistent"] == ["kv_cache_dtype=auto", "max_qo_len=6", "num_heads=12"]
+    assert data["kernel"]["kernel"] == "mla_a16w16_qh16_m32x4_n16x1_coex0_mask1"
+
+
+def test_explain_bad_field_value_is_one_line_exit_2():
+    out = run("explain", "--num-heads", "0")
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
