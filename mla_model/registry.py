@@ -180,7 +180,8 @@ def asm_lookup(reg: Registry, arch: Any, req: KernelRequest, num_reqs: Any) -> A
     g = if_then_else(fold, 16, m)
 
     # §3.4: asm_mla.cu normalises (gqa, qseqlen) before the table lookup.
-    g8, g16, g32, g64, g128 = (g == 8), (g == 16), (g == 32), (g == 64), (g == 128)
+    # gqa 8 never occurs: vLLM pads every rank to 16 heads or more.
+    g16, g32, g64, g128 = (g == 16), (g == 32), (g == 64), (g == 128)
     qs = Q
     qs = if_then_else(g128, 0, qs)
     qs = if_then_else(all_of(bf16, g16, ps), if_then_else(Q <= 4, 4, Q), qs)

@@ -9,7 +9,7 @@ CLI all read the same table.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
 ARCHS = ("gfx942", "gfx950")

@@ -7,7 +7,6 @@ code at import time or escape the sandbox.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +19,7 @@ from spec.realcode.bind import bind
 from spec.realcode.extract import RefusedCode, extract
 from spec.realcode.revision import RealGates, real_revision
 from spec.realcode.sandbox import LoadedCode
-from spec.realcode.source import Source, SourceError, resolve
+from spec.realcode.source import Source, resolve
 
 MINI = Path(__file__).parent / "data" / "mini_rocm_aiter_mla.py"
 

@@ -76,6 +76,12 @@ def whitelist_mtp_decode_qlen(s: Any) -> Any:
     return if_then_else(is_in(s.spec_method, ("mtp", "deepseek_mtp")), s.num_spec_tokens + 1, 1)
 
 
+def divides_padded(h: Any, m: Any) -> Any:
+    """``m % h == 0`` for a padded head count ``m = ceil16(h)`` (or 16): exact as membership for h >= 1,
+    since h divides 16, or m == h (for h > 16, h < m < 2h unless m == h)."""
+    return any_of(divides_16(h), m == h)
+
+
 def padding_of(h: Any, m: Any, divisor: Any) -> Any:
     """Which get_mla_padded_q branch runs: none at m == h, repeat_interleave for divisors, else tile."""
     return choose(HEAD_PADDINGS, [(h == m, "none"), (divisor, "repeat_interleave")], "tile")

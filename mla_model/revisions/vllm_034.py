@@ -17,7 +17,9 @@ from typing import Any
 from mla_model.derived import dcp_decode_heads, is_quantized_kv_cache, parallel_drafting, reorder_batch_threshold
 from mla_model.logic import all_of, any_of, ceil_to_multiple, eq, if_then_else, implies, is_in, ne, not_
 from mla_model.registry import Registry
-from mla_model.revisions.base import _ASM_PADDED_MAX_PS_QLEN, Revision, Rule, asm_request, divides_16, forward_path, padding_of
+from mla_model.revisions.base import (
+    _ASM_PADDED_MAX_PS_QLEN, Revision, Rule, asm_request, divides_16, divides_padded, forward_path, padding_of,
+)
 from mla_model.route import Route
 
 _AITER_MAX_PADDED_MLA_HEADS = 128
@@ -107,8 +109,6 @@ def route(s: Any, reg: Registry) -> Route:
         any_of(not_(causal), heads >= 16, qlen <= _ASM_PADDED_MAX_PS_QLEN, fp8),
     )
     persistent = all_of(wants, qlen >= 1, qlen <= mtp_decode_qlen)
-    # m % heads == 0 is exact as: heads divides 16, or heads is already a multiple of 16.
-    divisor = any_of(divides_16(heads), m == heads)
     return Route(
         path=forward_path(gd, gv, persistent, triton_verify=use_triton_verify),
         use_gluon_decode=gd,
@@ -117,7 +117,7 @@ def route(s: Any, reg: Registry) -> Route:
         wants_persistent_metadata=wants,
         mtp_decode_qlen=mtp_decode_qlen,
         decode_heads=heads,
-        head_padding=padding_of(heads, m, divisor),
+        head_padding=padding_of(heads, m, divides_padded(heads, m)),
         padded_q_heads=m,
         request=asm_request(s, m, persistent, causal=causal),
         gluon_batch_is_one=s.num_reqs == 1,  # native 4-D MTP: one batch row per request

@@ -20,7 +20,6 @@ Gluon verify is the row flatten (batch R*Q) until 0.28 and native 4-D MTP
 
 from __future__ import annotations
 
-import dataclasses
 import types
 from functools import lru_cache
 from typing import Any
@@ -28,11 +27,11 @@ from typing import Any
 import z3
 
 from mla_model.derived import is_quantized_kv_cache, parallel_drafting, reorder_batch_threshold
-from mla_model.logic import EnumTerm, all_of, choose, eq, implies, is_in, not_
+from mla_model.logic import EnumTerm, all_of, choose, eq, implies, not_
 from mla_model.registry import Registry
-from mla_model.revisions.base import Revision, Rule, asm_request, causal_only, divides_16, forward_path, padding_of
+from mla_model.revisions.base import Revision, Rule, asm_request, causal_only, divides_padded, forward_path, padding_of
 from mla_model.route import Route
-from mla_model.shape import ARCHS, ASM_PADDING_MODES, KV_CACHE_DTYPES, Shape
+from mla_model.shape import KV_CACHE_DTYPES, Shape
 from spec.realcode.extract import extract
 from spec.realcode.sandbox import LoadedCode
 from spec.realcode.source import Source, resolve
@@ -156,7 +155,6 @@ def _real_revision(source: Source, lifting: bool) -> Revision:
 
     def route(s: Any, reg: Registry) -> Route:
         o = outputs(s)
-        gates = concrete
         H, m = o["H"], o["m"]
         return Route(
             path=forward_path(o["gd"], o["impl_gv"], o["gate"], o["triton"]),
@@ -166,11 +164,11 @@ def _real_revision(source: Source, lifting: bool) -> Revision:
             wants_persistent_metadata=o["wants"],
             mtp_decode_qlen=o["T"],
             decode_heads=H,
-            head_padding=padding_of(H, m, any_of_divisor(H, m)),
+            head_padding=padding_of(H, m, divides_padded(H, m)),
             padded_q_heads=m,
-            request=asm_request(s, m, o["gate"], causal=s.causal if gates.takes_causal else True),
-            gluon_batch_is_one=all_of(s.num_reqs == 1, s.max_qo_len == 1) if gates.flatten_verify else s.num_reqs == 1,
-            kv_scale_passed=gates.kv_scale_passed,
+            request=asm_request(s, m, o["gate"], causal=s.causal if concrete.takes_causal else True),
+            gluon_batch_is_one=all_of(s.num_reqs == 1, s.max_qo_len == 1) if concrete.flatten_verify else s.num_reqs == 1,
+            kv_scale_passed=concrete.kv_scale_passed,
             vllm_raises=o["raises"],
             builder_use_gluon_verify=o["builder_gv"],
         )
@@ -198,10 +196,3 @@ def _real_revision(source: Source, lifting: bool) -> Revision:
         is_valid_num_heads=lambda h: True,  # the release's own rule is in the scope (it may need the gathered heads)
         scope=scope,
     )
-
-
-def any_of_divisor(h: Any, m: Any) -> Any:
-    """``m % h == 0`` for the padded head count ``m`` (exact for h >= 1; see vllm_034)."""
-    from mla_model.logic import any_of
-
-    return any_of(divides_16(h), m == h)
