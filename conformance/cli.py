@@ -148,13 +148,18 @@ def _run_checks(targets, registries, invariants, max_classes, timeout) -> list[C
     return results
 
 
+def _exit_for(results: list[CheckResult]) -> None:
+    """Exit 1 if anything is violated, else 3 if anything is unknown, else 0."""
+    verdicts = {r.verdict for r in results}
+    sys.exit(EXIT_VIOLATED if VIOLATED in verdicts else EXIT_UNKNOWN if UNKNOWN in verdicts else EXIT_OK)
+
+
 def _report(results: list[CheckResult], fmt: str) -> None:
     if fmt == "json":
         click.echo(json.dumps({"results": [r.to_json() for r in results]}, indent=2))
     else:
         _print_text(results, Console(highlight=False))
-    verdicts = {r.verdict for r in results}
-    sys.exit(EXIT_VIOLATED if VIOLATED in verdicts else EXIT_UNKNOWN if UNKNOWN in verdicts else EXIT_OK)
+    _exit_for(results)
 
 
 @main.command("audit")
@@ -172,7 +177,7 @@ def audit_command(vllm_flag, releases, registries, invariants, fmt, max_classes,
     results = _run_checks(targets, registries or ("aiter-0.1.20",), invariants or list(INVARIANT_BY_ID),
                           max_classes, timeout)
     if fmt == "json":
-        _report(results, fmt)
+        _report(results, fmt)  # prints the JSON and exits
     labels = list(dict.fromkeys((r.revision, r.registry) for r in results))
     console = Console(highlight=False, width=max(80, 30 + 9 * len(labels)))
     table = Table(title="mla-spec audit: real gates of each release (✓ proved, ✗ n: violated in n classes)")
@@ -184,8 +189,7 @@ def audit_command(vllm_flag, releases, registries, invariants, fmt, max_classes,
     for inv in dict.fromkeys(r.invariant for r in results):
         table.add_row(inv, *[_short(by_key[(rev, reg, inv)]) for rev, reg in labels])
     console.print(table)
-    verdicts = {r.verdict for r in results}
-    sys.exit(EXIT_VIOLATED if VIOLATED in verdicts else EXIT_UNKNOWN if UNKNOWN in verdicts else EXIT_OK)
+    _exit_for(results)
 
 
 def _short(r: CheckResult) -> str:

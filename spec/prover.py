@@ -193,7 +193,7 @@ def _minimal_model(p: Problem, violated: Any, class_is: Any, timeout_ms: int) ->
         core = {str(c) for c in s.unsat_core()}
         kept = [c for c in preferred if str(c) not in core]
         preferred = kept if len(kept) < len(preferred) else preferred[:-1]
-    return model if s.check() == z3.sat and (model := s.model()) else None
+    return s.model() if s.check() == z3.sat else None
 
 
 def _confirm(p: Problem, inv: Invariant, shape: Shape) -> Decision:

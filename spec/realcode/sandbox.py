@@ -128,7 +128,7 @@ class LoadedCode:
             fn.cache_clear()
         self._cached_for = None
 
-    def _fresh_caches(self) -> None:
+    def refresh_caches(self) -> None:
         """Clear every lru_cache unless it was filled under this very (plain) platform."""
         key = (self.platform.arch, self.platform.mode)
         if not all(isinstance(k, str) for k in key) or key != self._cached_for:
@@ -142,7 +142,7 @@ class LoadedCode:
         """Call ``AiterMLAHelper.<predicate>`` with the keyword arguments its signature takes."""
         fn = getattr(self.helper, predicate)
         params = self.params(predicate)
-        self._fresh_caches()
+        self.refresh_caches()
         return self._guard(fn, **{k: v for k, v in kwargs.items() if k in params})
 
     def params(self, predicate: str) -> tuple[str, ...]:
@@ -153,16 +153,16 @@ class LoadedCode:
     def builder(self, attrs: dict[str, Any], vllm_config: Any) -> Any:
         """A stub builder whose __init__ slice has run (sets _mtp_decode_qlen and friends)."""
         builder = types.SimpleNamespace(**attrs)
-        self._fresh_caches()
+        self.refresh_caches()
         self._guard(self.namespace["mla_spec_builder_init"], builder, vllm_config)
         return builder
 
     def persistent_gate(self, builder: Any, max_qo_len: Any) -> Any:
-        self._fresh_caches()
+        self.refresh_caches()
         return self._guard(self.namespace["mla_spec_persistent_gate"], builder, max_qo_len)
 
     def inline_verify(self, impl: Any, max_qo_len: Any) -> Any:
-        self._fresh_caches()
+        self.refresh_caches()
         return self._guard(self.namespace["mla_spec_inline_verify"], impl, types.SimpleNamespace(max_qo_len=max_qo_len))
 
     def _guard(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
