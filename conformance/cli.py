@@ -17,49 +17,19 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from conformance.cli_common import (
+    EXIT_OK, EXIT_UNKNOWN, EXIT_VIOLATED, BadInput, OneLineErrors, shape_options, shape_summary,
+)
 from mla_model.registry import REGISTRY_IDS, load_registry
 from mla_model.revisions import REVISIONS
 from mla_model.shape import Shape
 from spec.invariants import INVARIANT_BY_ID, INVARIANTS
 from spec.prover import DEFAULT_TIMEOUT_MS, PROVED, UNKNOWN, VIOLATED, CheckResult, check
 
-EXIT_OK, EXIT_VIOLATED, EXIT_BAD_INPUT, EXIT_UNKNOWN = 0, 1, 2, 3
-
-
-class BadInput(click.ClickException):
-    exit_code = EXIT_BAD_INPUT
-
-
-class OneLineErrors(click.Group):
-    """Every usage error becomes one line on stderr and exit status 2."""
-
-    def main(self, args: Any = None, prog_name: str | None = None, **kwargs: Any) -> Any:
-        try:
-            return super().main(args=args, prog_name=prog_name, standalone_mode=False, **kwargs)
-        except click.exceptions.Exit as e:
-            sys.exit(e.exit_code)
-        except click.Abort:
-            click.echo("mla-spec: error: aborted", err=True)
-            sys.exit(EXIT_BAD_INPUT)
-        except click.ClickException as e:
-            message = " ".join(e.format_message().split())
-            click.echo(f"mla-spec: error: {message}", err=True)
-            sys.exit(EXIT_BAD_INPUT if isinstance(e, (click.UsageError, BadInput)) else e.exit_code)
-
 
 @click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """Prove vLLM's ROCm AITER MLA decode routing correct, or show where it breaks."""
-
-
-def shape_summary(s: Shape) -> str:
-    parts = [s.arch, f"kv={s.kv_cache_dtype}", f"q={s.q_dtype}", f"heads={s.num_heads}", f"qlen={s.max_qo_len}"]
-    parts.append("no drafter" if s.spec_method == "none" else f"{s.spec_method} k={s.num_spec_tokens}")
-    defaults = Shape(arch=s.arch, kv_cache_dtype=s.kv_cache_dtype)
-    for name in ("asm_padding_mode", "gluon_build", "num_reqs", "dcp_world_size", "causal", "kv_cache_bytes"):
-        if getattr(s, name) != getattr(defaults, name):
-            parts.append(f"{name}={getattr(s, name)}")
-    return " ".join(parts)
 
 
 def _cell(r: CheckResult) -> str:
@@ -269,26 +239,11 @@ def list_command(fmt) -> None:
         console.print(table)
 
 
-def _shape_options(fn: Any) -> Any:
-    """One option per Shape field, named after it (--num-heads for num_heads)."""
-    from mla_model.shape import FIELDS
-
-    for spec in reversed(FIELDS):
-        flag = "--" + spec.name.replace("_", "-")
-        if spec.kind == "enum":
-            fn = click.option(flag, spec.name, type=click.Choice(list(spec.values)), help=spec.doc)(fn)
-        elif spec.kind == "bool":
-            fn = click.option(flag, spec.name, type=click.BOOL, help=f"{spec.doc} (true/false)")(fn)
-        else:
-            fn = click.option(flag, spec.name, type=click.IntRange(min=spec.minimum), help=spec.doc)(fn)
-    return fn
-
-
 @main.command("explain")
 @click.option("--revision", type=click.Choice(list(REVISIONS)), default="vllm-0.28", show_default=True)
 @click.option("--registry", type=click.Choice(list(REGISTRY_IDS)), default="aiter-0.1.20", show_default=True)
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@_shape_options
+@shape_options
 def explain_command(revision, registry, fmt, **fields) -> None:
     """Explain one shape: validity, route, AITER's kernel lookup, each invariant, why not persistent."""
     from spec.explain import explain
