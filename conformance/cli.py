@@ -278,3 +278,9 @@ def explain_command(revision, registry, fmt, **fields) -> None:
         mark = "[green]holds[/]" if v["holds"] else f"[red]VIOLATED[/]: {v['symptom']}"
         console.print(f"  {inv_id}: {mark}", soft_wrap=True)
     sys.exit(EXIT_OK)
+
+
+# Commands that live in their own modules.
+from conformance.cmd_cases import cases_command  # noqa: E402
+
+main.add_command(cases_command)

@@ -28,7 +28,7 @@ from mla_model.logic import EnumTerm
 from mla_model.registry import Registry, load_registry
 from mla_model.revisions import get_revision
 from mla_model.revisions.base import Revision
-from mla_model.shape import ARCHS, FIELD_BY_NAME, GIB, Shape
+from mla_model.shape import ARCHS, FIELD_BY_NAME, FIELDS, FP8_KV_CACHE_DTYPES, KV_CACHE_DTYPES, Q_DTYPES, Shape
 from spec.invariants import Invariant
 from spec.symbolic import SymbolicShape, box_constraints, symbolic_shape
 from spec.symptoms import describe_violation
@@ -152,48 +152,73 @@ def _minimal_model(p: Problem, violated: Any, class_is: Any, timeout_ms: int) ->
 
     Each objective is bisected with an incremental solver and then pinned, which
     is several times faster here than z3's Optimize.  Remaining fields then take
-    their defaults where the class allows it (fewest surprises for a reader).
+    their defaults where the class allows it (fewest surprises for a reader), else
+    their least value, so the same problem gives the same counterexample every run.
     """
     s = z3.Solver()
     s.set("timeout", timeout_ms)
     s.add(*p.constraints, violated, class_is)
     if s.check() != z3.sat:
         return None
-    model = s.model()
     v = p.symbolic.variables
-    for name in _MINIMISE:
-        var = v[name]
-        lo, hi = FIELD_BY_NAME[name].minimum, model.eval(var, model_completion=True).as_long()
+    model = minimise_in_order(s, [(v[name], FIELD_BY_NAME[name].minimum) for name in _MINIMISE])
+    if model is None:
+        return None
+    return canonical_model(s, v)
+
+
+def canonical_model(s: z3.Solver, variables: dict[str, Any]) -> z3.ModelRef | None:
+    """Pin every field still free to one value: the Shape default where allowed, else the least.
+
+    After this the model is unique, so the same problem gives the same shapes on every run and machine.
+    """
+    defaults = Shape().to_json()
+    fp8_cache = z3.Or(*[variables["kv_cache_dtype"] == KV_CACHE_DTYPES.index(d) for d in FP8_KV_CACHE_DTYPES])
+    derived = {  # the defaults that depend on other fields (Shape.__post_init__)
+        "q_dtype": z3.If(fp8_cache, Q_DTYPES.index("fp8"), Q_DTYPES.index("bf16")),
+        "gluon_build": variables["arch"] == ARCHS.index("gfx950"),
+    }
+    for spec in FIELDS:
+        var = variables[spec.name]
+        default = defaults[spec.name]
+        wanted = var == (derived[spec.name] if spec.name in derived else
+                         spec.values.index(default) if spec.kind == "enum" else default)
+        answer = s.check(wanted)
+        if answer == z3.unknown:
+            return None
+        if answer == z3.sat:
+            s.add(wanted)
+        elif spec.kind == "bool":
+            s.add(var == z3.Not(derived[spec.name]) if spec.name in derived else var == (not default))
+        else:
+            if s.check() != z3.sat or minimise_in_order(s, [(var, 0 if spec.kind == "enum" else spec.minimum)]) is None:
+                return None
+    return s.model() if s.check() == z3.sat else None
+
+
+def minimise_in_order(s: z3.Solver, objectives: list[tuple[Any, int]]) -> z3.ModelRef | None:
+    """Pin each (term, lower bound) in turn to its least value, by bisection on a satisfiable solver.
+
+    The pins stay on ``s``; the last model is returned (None when z3 answers unknown).
+    """
+    model = s.model()
+    for term, lo in objectives:
+        hi = model.eval(term, model_completion=True).as_long()
         while lo < hi:
             mid = (lo + hi) // 2
             s.push()
-            s.add(var <= mid)
+            s.add(term <= mid)
             answer = s.check()
             if answer == z3.sat:
                 model = s.model()
-                hi = model.eval(var).as_long()
+                hi = model.eval(term, model_completion=True).as_long()
             s.pop()
             if answer == z3.unknown:
                 return None
             if answer == z3.unsat:
                 lo = mid + 1
-        s.add(var == hi)
-    gfx950 = ARCHS.index("gfx950")
-    preferred = [
-        v["gluon_build"] == (v["arch"] == gfx950),  # the default: a Gluon build exactly on gfx950
-        v["kv_cache_bytes"] == GIB,
-        z3.Not(v["full_cudagraph"]),
-    ]
-    while preferred:
-        answer = s.check(*preferred)
-        if answer == z3.sat:
-            return s.model()
-        if answer == z3.unknown:
-            return None
-        core = {str(c) for c in s.unsat_core()}
-        kept = [c for c in preferred if str(c) not in core]
-        preferred = kept if len(kept) < len(preferred) else preferred[:-1]
-    return s.model() if s.check() == z3.sat else None
+        s.add(term == hi)
+    return model
 
 
 def _confirm(p: Problem, inv: Invariant, shape: Shape) -> Decision:

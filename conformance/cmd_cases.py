@@ -1,0 +1,67 @@
+"""``mla-spec cases``: write a revision's edge shapes as cases and test modules."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import click
+
+from conformance.case_modules import render_vllm_module, slug, write_suite
+from conformance.cli_common import BadInput, format_option
+from mla_model.case import Case
+from mla_model.registry import REGISTRY_IDS
+from mla_model.revisions import REVISIONS
+
+DEFAULT_REGISTRY = "aiter-0.1.20"
+
+
+def _generate(job: tuple[str, str]) -> list[Case]:
+    from spec.cases import generate
+
+    return generate(*job)
+
+
+@click.command("cases")
+@click.option("--revision", "revisions", multiple=True, type=click.Choice([*REVISIONS, "all"]),
+              help="Gate revision (repeatable, or 'all'); more than one writes OUT/<revision>/ each.")
+@click.option("--registry", type=click.Choice(list(REGISTRY_IDS)), default=DEFAULT_REGISTRY, show_default=True)
+@click.option("--style", type=click.Choice(["suite", "vllm"]), default="suite", show_default=True,
+              help="suite: OUT/cases.jsonl + a pytest module for this repo; vllm: one drop-in module OUT "
+                   "for tests/v1/attention/ of a vLLM checkout.")
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Folder (suite) or file (vllm).")
+@format_option("json")
+def cases_command(revisions, registry, style, out, fmt) -> None:
+    """Edge shapes (MC/DC pairs, counterexamples, thresholds) as test cases, pinned to the model's route."""
+    chosen = list(REVISIONS) if not revisions or "all" in revisions else list(dict.fromkeys(revisions))
+    if style == "vllm" and len(chosen) != 1:
+        raise BadInput("--style vllm writes one module: name one --revision")
+    if style == "vllm" and out.is_dir():
+        raise BadInput(f"--style vllm writes a file, and {out} is a folder")
+    if style == "suite" and out.exists() and not out.is_dir():
+        raise BadInput(f"--out {out} is a file; the suite style writes a folder")
+    jobs = [(rev, registry) for rev in chosen]
+    if len(jobs) > 1:  # one process per revision: z3 is single-threaded
+        with ProcessPoolExecutor(max_workers=min(len(jobs), 4)) as pool:
+            results = list(pool.map(_generate, jobs))
+    else:
+        results = [_generate(jobs[0])]
+    written: list[dict] = []
+    try:
+        for rev, cases in zip(chosen, results):
+            if style == "vllm":
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_text(render_vllm_module(rev, registry, cases))
+                paths = [out]
+            else:
+                paths = write_suite(cases, out / slug(rev) if len(chosen) > 1 else out, rev, registry)
+            written.append({"revision": rev, "registry": registry, "cases": len(cases),
+                            "files": [str(p) for p in paths]})
+    except OSError as e:
+        raise BadInput(f"cannot write {e.filename}: {e.strerror}") from None
+    if fmt == "json":
+        click.echo(json.dumps({"written": written}, indent=2))
+        return
+    for w in written:
+        click.echo(f"{w['revision']} ({w['registry']}): {w['cases']} cases -> {', '.join(w['files'])}")

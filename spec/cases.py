@@ -1,0 +1,327 @@
+"""Edge shapes of a gate revision, found by z3, as test cases (:class:`mla_model.case.Case`).
+
+Three sources, in this order in the output:
+
+* **MC/DC pairs.**  For every decision of the routing (the gates
+  ``use_gluon_decode``, ``use_gluon_verify`` and ``use_persistent_metadata``,
+  the builder's own verify gate, and forward_mqa's ``path``, ``_mtp_decode_qlen``
+  and the head padding) and every atomic condition in it, two valid shapes that
+  differ only in the fields the condition reads, on both sides of the condition,
+  with a different decision.  Unique-cause first (every other condition of the
+  decision unchanged); where the code makes that impossible (``num_heads < 16``
+  and ``16 % num_heads == 0`` read the same field), masking MC/DC (the other
+  conditions may move).  The pair is the closest one (fields moved by the least)
+  and then the smallest shape, so a threshold ``num_heads < 16`` yields 15 and
+  16.
+* **Counterexamples.**  The smallest shape of every counterexample class of
+  every invariant the revision violates (``spec.prover.check``).
+* **Thresholds.**  Both sides of each documented threshold on both arches, bf16
+  and fp8: 16 heads, qlen 1/2 (decode against verify), qlen 4/5
+  (``_ASM_PADDED_MAX_PS_QLEN``), qlen at ``_mtp_decode_qlen`` and one past it
+  (where the scheduler allows it), qlen at ``reorder_batch_threshold`` for each
+  drafter family, batch 1/2/32 and the 2 GiB KV bound.  A pair whose route
+  differs is preferred.
+
+Every shape is re-run through the plain Python model before it becomes a case;
+a shape z3 found that the model does not confirm raises ProverDisagreement.
+Deterministic: the same revision and registry give the same cases in the same
+order (z3 is run single-threaded with its default seed, and every shape is
+minimised to a unique value).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import z3
+
+from mla_model.case import Case, case_id, case_seed, expected_route
+from mla_model.decision import decide
+from mla_model.shape import FIELD_BY_NAME, FIELDS, GIB, Shape
+from spec.invariants import INVARIANTS
+from spec.prover import (
+    _MINIMISE, VIOLATED, Problem, ProverDisagreement, _z3, canonical_model, check, minimise_in_order, problem,
+)
+
+# The routing decisions whose conditions MC/DC covers, by Route field (vLLM's names in the comments).
+DECISIONS = (
+    "use_gluon_decode",  # AiterMLAHelper.use_gluon_decode
+    "use_gluon_verify",  # AiterMLAHelper.use_gluon_verify (forward_mqa's call)
+    "builder_use_gluon_verify",  # the same predicate as _build_decode calls it
+    "use_persistent_metadata",  # _build_decode's persistent-metadata gate
+    "path",  # forward_mqa's kernel choice
+    "mtp_decode_qlen",  # _mtp_decode_qlen: what the persistent buffers are sized for
+    "head_padding",  # get_mla_padded_q's branch
+)
+PAIR_TIMEOUT_MS = 5_000
+
+
+@dataclass(frozen=True)
+class Atom:
+    """One atomic condition of a decision: a z3 term and the Shape fields it reads."""
+
+    term: Any
+    fields: tuple[str, ...]
+    text: str
+
+
+# ---------------------------------------------------------------------------- atoms
+
+
+def _is_membership(t: Any) -> bool:
+    """``x in {a, b, ...}``: an Or of equalities between one term and constants (one condition, not several)."""
+    if not z3.is_or(t) or t.num_args() == 0:
+        return False
+    kids = t.children()
+    return all(z3.is_eq(k) and z3.is_int_value(k.arg(1)) for k in kids) and all(
+        k.arg(0).eq(kids[0].arg(0)) for k in kids)
+
+
+def _has_ite(t: Any) -> bool:
+    return z3.is_app_of(t, z3.Z3_OP_ITE) or any(_has_ite(c) for c in t.children())
+
+
+def atoms_of(term: Any) -> list[Any]:
+    """The atomic conditions of a decision term, in first-seen order, without repeats."""
+    found: dict[int, Any] = {}
+
+    def walk(t: Any) -> None:
+        if z3.is_true(t) or z3.is_false(t) or z3.is_int_value(t) or z3.is_const(t) and not z3.is_bool(t):
+            return
+        if z3.is_bool(t) and not _is_membership(t) and (
+            z3.is_and(t) or z3.is_or(t) or z3.is_not(t) or z3.is_implies(t) or z3.is_app_of(t, z3.Z3_OP_XOR)
+            or z3.is_app_of(t, z3.Z3_OP_ITE) or (z3.is_eq(t) and z3.is_bool(t.arg(0)))
+        ):
+            for c in t.children():
+                walk(c)
+        elif z3.is_bool(t) and not _is_membership(t) and _has_ite(t):
+            for c in t.children():  # a comparison over an If: the If's conditions are the atoms
+                walk(c)
+        elif z3.is_bool(t):
+            found.setdefault(t.get_id(), t)
+        else:
+            for c in t.children():  # arithmetic and Ifs over ints: look inside for conditions
+                walk(c)
+
+    walk(term)
+    return list(found.values())
+
+
+def _fields_of(t: Any, names: set[str]) -> tuple[str, ...]:
+    seen: set[str] = set()
+
+    def walk(u: Any) -> None:
+        if z3.is_const(u) and u.decl().name() in names:
+            seen.add(u.decl().name())
+        for c in u.children():
+            walk(c)
+
+    walk(t)
+    return tuple(f.name for f in FIELDS if f.name in seen)
+
+
+def describe_atom(t: Any, fields: tuple[str, ...], variables: dict[str, Any]) -> str:
+    """A readable condition: the truth set over one or two enum/bool fields, else z3's text with enum names."""
+    specs = [FIELD_BY_NAME[f] for f in fields]
+    if len(specs) == 1 and specs[0].discrete:
+        spec = specs[0]
+        var = variables[spec.name]
+        domain = spec.values if spec.kind == "enum" else (False, True)
+        true = [v for v in domain if z3.is_true(z3.simplify(z3.substitute(
+            t, (var, z3.IntVal(spec.values.index(v)) if spec.kind == "enum" else z3.BoolVal(v)))))]
+        if spec.kind == "bool":
+            return spec.name if true == [True] else f"not {spec.name}"
+        if len(true) == 1:
+            return f"{spec.name} == {true[0]}"
+        if len(true) == len(domain) - 1:
+            return f"{spec.name} != {next(v for v in domain if v not in true)}"
+        return f"{spec.name} in {{{', '.join(true)}}}"
+    if _is_membership(t):
+        kids = t.children()
+        return f"{_text(kids[0].arg(0))} in {{{', '.join(str(k.arg(1)) for k in kids)}}}"
+    return _text(t)
+
+
+def _text(t: Any) -> str:
+    text = " ".join(str(t).split())
+
+    def enum_name(m: re.Match) -> str:
+        spec = FIELD_BY_NAME[m.group(1)]
+        return f"{m.group(1)} {m.group(2)} {spec.values[int(m.group(3))]}"
+
+    enums = "|".join(f.name for f in FIELDS if f.kind == "enum")
+    return re.sub(rf"\b({enums}) (==|!=) (\d+)\b", enum_name, text)
+
+
+# ---------------------------------------------------------------------------- pairs
+
+
+class _Pair:
+    """Two symbolic shapes over one problem: the problem's own variables (a) and primed copies (b)."""
+
+    def __init__(self, p: Problem) -> None:
+        self.p = p
+        self.a = p.symbolic.variables
+        self.b = {name: z3.Const(f"{name}'", var.sort()) for name, var in self.a.items()}
+        self._sub = list(zip(self.a.values(), self.b.values()))
+        self.solver = z3.Solver()  # both shapes valid; each find() works inside a push/pop
+        self.solver.set("timeout", PAIR_TIMEOUT_MS)
+        self.solver.add(*p.constraints, *[self.primed(c) for c in p.constraints])
+
+    def primed(self, term: Any) -> Any:
+        return z3.substitute(term, *self._sub)
+
+    def find(self, constraints: Iterable[Any], moved: tuple[str, ...]) -> tuple[Shape, Shape] | None:
+        """The closest valid pair (only ``moved`` fields may differ) meeting ``constraints``, smallest first."""
+        s = self.solver
+        s.push()
+        try:
+            return self._find(s, constraints, moved)
+        finally:
+            s.pop()
+
+    def _find(self, s: z3.Solver, constraints: Iterable[Any], moved: tuple[str, ...]) -> tuple[Shape, Shape] | None:
+        s.add(*constraints)
+        s.add(*[self.a[n] == self.b[n] for n in self.a if n not in moved])
+        if s.check() != z3.sat:
+            return None
+        ints = [n for n in moved if FIELD_BY_NAME[n].kind == "int"]
+        distance = z3.Sum([z3.If(self.a[n] >= self.b[n], self.a[n] - self.b[n], self.b[n] - self.a[n])
+                           for n in ints]) if ints else z3.IntVal(0)
+        objectives = [(distance, 0)] + [(self.a[n], FIELD_BY_NAME[n].minimum) for n in _MINIMISE] + [
+            (self.b[n], FIELD_BY_NAME[n].minimum) for n in _MINIMISE if n in moved]
+        if minimise_in_order(s, objectives) is None:
+            return None
+        model = canonical_model(s, self.a)
+        if model is None:
+            return None
+        return self.p.symbolic.to_shape(model), self._shape_b(model)
+
+    def _shape_b(self, model: z3.ModelRef) -> Shape:
+        rename = {a: b for a, b in self._sub}
+        data = {}
+        for spec in FIELDS:
+            value = model.eval(rename[self.a[spec.name]], model_completion=True)
+            data[spec.name] = (spec.values[value.as_long()] if spec.kind == "enum" else z3.is_true(value)
+                               if spec.kind == "bool" else value.as_long())
+        return Shape(**data)
+
+
+def _decision_terms(p: Problem) -> list[tuple[str, Any]]:
+    out = []
+    for name in DECISIONS:
+        value = getattr(p.decision.route, name)
+        if value is None or isinstance(value, bool):
+            continue
+        term = z3.simplify(_z3(value))
+        if not (z3.is_true(term) or z3.is_false(term) or z3.is_int_value(term)):
+            out.append((name, _z3(value)))
+    return out
+
+
+def mcdc_pairs(p: Problem) -> Iterable[tuple[str, Shape, Shape]]:
+    """(origin, shape where the condition holds, shape where it does not) for each decision and condition."""
+    names = set(p.symbolic.variables)
+    pair = _Pair(p)
+    for decision, term in _decision_terms(p):
+        atoms = [Atom(t, f, describe_atom(t, f, p.symbolic.variables))
+                 for t in atoms_of(term) if (f := _fields_of(t, names))]
+        for atom in atoms:
+            flips = [atom.term, z3.Not(pair.primed(atom.term)), term != pair.primed(term)]
+            others = [o.term == pair.primed(o.term) for o in atoms if o is not atom and set(o.fields) & set(atom.fields)]
+            for style, extra in (("unique-cause", others), ("masking", [])):
+                if style == "masking" and not others:
+                    break
+                found = pair.find(flips + extra, atom.fields)
+                if found:
+                    yield f"mcdc {decision}: {atom.text} ({style})", *found
+                    break
+
+
+# The threshold boundaries: (label, the fields that move, constraint on the pair (a, b) -> z3).
+def _thresholds(pair: _Pair) -> list[tuple[str, tuple[str, ...], list[Any]]]:
+    a, b = pair.a, pair.b
+    route = pair.p.decision.route
+    t_a = _z3(route.mtp_decode_qlen)
+    rbt_a = _z3(pair.p.revision.reorder_batch_threshold(pair.p.symbolic.view))
+    spec = FIELD_BY_NAME["spec_method"].values
+    out = [
+        ("16 heads (15 | 16)", ("num_heads",), [a["num_heads"] == 15, b["num_heads"] == 16]),
+        ("decode | verify (qlen 1 | 2)", ("max_qo_len",), [a["max_qo_len"] == 1, b["max_qo_len"] == 2]),
+        ("_ASM_PADDED_MAX_PS_QLEN (qlen 4 | 5)", ("max_qo_len",), [a["max_qo_len"] == 4, b["max_qo_len"] == 5]),
+        ("_mtp_decode_qlen and one past it", ("max_qo_len",),
+         [a["max_qo_len"] == t_a, b["max_qo_len"] == t_a + 1]),
+        ("batch 1 | 2", ("num_reqs",), [a["num_reqs"] == 1, b["num_reqs"] == 2]),
+        ("batch 2 | 32", ("num_reqs",), [a["num_reqs"] == 2, b["num_reqs"] == 32]),
+        ("2 GiB KV bound", ("kv_cache_bytes",), [a["kv_cache_bytes"] == 2 * GIB, b["kv_cache_bytes"] == 2 * GIB + 1]),
+    ]
+    for method in ("mtp", "eagle", "dflash"):  # whitelisted, serial and parallel drafters
+        out.append((f"reorder_batch_threshold with {method} (qlen = RBT | RBT - 1)", ("max_qo_len",),
+                    [a["spec_method"] == spec.index(method), a["num_spec_tokens"] >= 1,
+                     a["max_qo_len"] == rbt_a, b["max_qo_len"] == rbt_a - 1]))
+    return out
+
+
+def threshold_pairs(p: Problem) -> Iterable[tuple[str, Shape, Shape]]:
+    """Both sides of each threshold, for each arch and for a bf16 and an fp8 cache; a route change preferred."""
+    pair = _Pair(p)
+    route = p.decision.route
+    pinned = [_z3(getattr(route, n)) for n in ("path", "use_persistent_metadata", "mtp_decode_qlen", "head_padding")]
+    differs = z3.Or(*[t != pair.primed(t) for t in pinned])
+    kv = FIELD_BY_NAME["kv_cache_dtype"].values
+    for label, moved, constraints in _thresholds(pair):
+        for arch_code, arch in enumerate(FIELD_BY_NAME["arch"].values):
+            for kv_name in ("auto", "fp8"):
+                context = [pair.a["arch"] == arch_code, pair.a["kv_cache_dtype"] == kv.index(kv_name)]
+                found = pair.find(constraints + context + [differs], moved) or pair.find(constraints + context, moved)
+                if found:
+                    yield f"threshold {label}", *found
+
+
+# ---------------------------------------------------------------------------- cases
+
+
+def _confirm_pair(p: Problem, origin: str, shapes: Iterable[Shape]) -> None:
+    for shape in shapes:
+        if not p.revision.is_valid(shape, p.registry):
+            raise ProverDisagreement(f"{p.revision.id}: {origin}: z3 found {shape}, which the model rejects")
+
+
+def generate(revision: str, registry: str = "aiter-0.1.20") -> list[Case]:
+    """The cases of one revision against one registry: MC/DC pairs, counterexamples, thresholds."""
+    p = problem(revision, registry)
+    found: list[tuple[str, Shape]] = []
+    for origin, *shapes in mcdc_pairs(p):
+        _confirm_pair(p, origin, shapes)
+        mcdc_decision = origin.split(":")[0].removeprefix("mcdc ")
+        a, b = (_route_field(p, s, mcdc_decision) for s in shapes)
+        if a == b:
+            raise ProverDisagreement(f"{p.revision.id}: {origin}: {mcdc_decision} is {a} on both {shapes}")
+        found += [(origin, s) for s in shapes]
+    for inv in INVARIANTS:
+        if inv.id == "total":
+            continue  # the conjunction of the others: its classes are theirs
+        result = check(p.revision, p.registry, inv)  # every class: a cut-off set would depend on z3's order
+        if result.verdict == VIOLATED:
+            found += [(f"invariant {inv.id}", c.shape) for c in result.counterexamples]
+    for origin, *shapes in threshold_pairs(p):
+        _confirm_pair(p, origin, shapes)
+        found += [(origin, s) for s in shapes]
+
+    by_id: dict[str, tuple[Shape, list[str]]] = {}
+    for origin, shape in found:
+        cid = case_id(shape)
+        if cid in by_id and by_id[cid][0] != shape:
+            raise ValueError(f"case id {cid} names two shapes: {by_id[cid][0]} and {shape}")
+        by_id.setdefault(cid, (shape, []))[1].append(origin)
+    return [
+        Case(cid, shape, expected_route(p.revision, p.registry, shape), "; ".join(dict.fromkeys(origins)),
+             p.revision.id, p.registry.id, case_seed(cid))
+        for cid, (shape, origins) in by_id.items()
+    ]
+
+
+def _route_field(p: Problem, shape: Shape, name: str) -> Any:
+    return getattr(decide(p.revision, p.registry, shape).route, name)
