@@ -56,6 +56,9 @@ DECISIONS = (
     "head_padding",  # get_mla_padded_q's branch
 )
 PAIR_TIMEOUT_MS = 5_000
+MAX_CONTEXTS = 4  # MC/DC pairs per condition, each under another setting of the enum/flag conditions
+# The decisions whose pairs are sought in every context: AiterMLAHelper's predicates, where vLLM orders its checks.
+CONTEXT_DECISIONS = ("use_gluon_decode", "use_gluon_verify")
 
 
 @dataclass(frozen=True)
@@ -222,7 +225,15 @@ def _decision_terms(p: Problem) -> list[tuple[str, Any]]:
 
 
 def mcdc_pairs(p: Problem) -> Iterable[tuple[str, Shape, Shape]]:
-    """(origin, shape where the condition holds, shape where it does not) for each decision and condition."""
+    """(origin, shape where the condition holds, shape where it does not) for each decision and condition.
+
+    For AiterMLAHelper's predicates, after the closest pair, further pairs are sought under each
+    other setting of the predicate's conditions on enums and flags (the mode knob, the arch, the
+    cache dtype), up to MAX_CONTEXTS per condition: a condition that decides the gate under
+    ``mode == auto`` and under ``mode == gluon`` gets a pair in each, so reordering the checks
+    (the mode knob before the dtype guard) does not go unseen.  The origin names the conditions
+    that held in that context.
+    """
     names = set(p.symbolic.variables)
     pair = _Pair(p)
     for decision, term in _decision_terms(p):
@@ -231,13 +242,33 @@ def mcdc_pairs(p: Problem) -> Iterable[tuple[str, Shape, Shape]]:
         for atom in atoms:
             flips = [atom.term, z3.Not(pair.primed(atom.term)), term != pair.primed(term)]
             others = [o.term == pair.primed(o.term) for o in atoms if o is not atom and set(o.fields) & set(atom.fields)]
+            context = [o for o in atoms if o is not atom and not set(o.fields) & set(atom.fields)
+                       and all(FIELD_BY_NAME[f].discrete for f in o.fields)]
             for style, extra in (("unique-cause", others), ("masking", [])):
                 if style == "masking" and not others:
                     break
-                found = pair.find(flips + extra, atom.fields)
-                if found:
-                    yield f"mcdc {decision}: {atom.text} ({style})", *found
+                seen: list[Any] = []
+                for _ in range(MAX_CONTEXTS if decision in CONTEXT_DECISIONS else 1):
+                    found = pair.find(flips + extra + [z3.Not(c) for c in seen], atom.fields)
+                    if not found:
+                        break
+                    where = [(o, z3.is_true(_value(o.term, found[0], p))) for o in context]
+                    label = ", ".join(dict.fromkeys(o.text for o, v in where if v)) or "none of them"
+                    yield (f"mcdc {decision}: {atom.text} ({style}" + (f"; context {label})" if seen else ")"),
+                           *found)
+                    seen.append(z3.And(*[o.term == z3.BoolVal(v) for o, v in where]))
+                if seen:
                     break
+
+
+def _value(term: Any, shape: Shape, p: Problem) -> Any:
+    """A z3 term's value on a concrete shape."""
+    pins = []
+    for spec in FIELDS:
+        var, value = p.symbolic.variables[spec.name], getattr(shape, spec.name)
+        pins.append((var, z3.IntVal(spec.values.index(value)) if spec.kind == "enum" else
+                     z3.BoolVal(value) if spec.kind == "bool" else z3.IntVal(value)))
+    return z3.simplify(z3.substitute(term, *pins))
 
 
 # The threshold boundaries: (label, the fields that move, constraint on the pair (a, b) -> z3).
