@@ -10,14 +10,14 @@ import click
 
 from conformance.case_modules import render_vllm_module, slug, write_suite
 from conformance.cli_common import BadInput, format_option
-from mla_model.case import Case
+from mla_model.case import Case, write_cases
 from mla_model.registry import REGISTRY_IDS
 from mla_model.revisions import REVISIONS
 
 DEFAULT_REGISTRY = "aiter-0.1.20"
 
 
-def _generate(job: tuple[str, str]) -> list[Case]:
+def _generate(job: tuple[str, str, int]) -> list[Case]:
     from spec.cases import generate
 
     return generate(*job)
@@ -27,21 +27,25 @@ def _generate(job: tuple[str, str]) -> list[Case]:
 @click.option("--revision", "revisions", multiple=True, type=click.Choice([*REVISIONS, "all"]),
               help="Gate revision (repeatable, or 'all'); more than one writes OUT/<revision>/ each.")
 @click.option("--registry", type=click.Choice(list(REGISTRY_IDS)), default=DEFAULT_REGISTRY, show_default=True)
-@click.option("--style", type=click.Choice(["suite", "vllm"]), default="suite", show_default=True,
+@click.option("--style", type=click.Choice(["suite", "vllm", "jsonl"]), default="suite", show_default=True,
               help="suite: OUT/cases.jsonl + a pytest module for this repo; vllm: one drop-in module OUT "
-                   "for tests/v1/attention/ of a vLLM checkout.")
-@click.option("--out", type=click.Path(path_type=Path), required=True, help="Folder (suite) or file (vllm).")
+                   "for tests/v1/attention/ of a vLLM checkout; jsonl: every revision's cases in one file OUT "
+                   "(for mla-spec conform), a (shape, route) once.")
+@click.option("--routes", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Also cover up to N distinct routes per revision, each at its smallest and largest shape "
+                   "(for a GPU replay).")
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Folder (suite) or file (vllm, jsonl).")
 @format_option("json")
-def cases_command(revisions, registry, style, out, fmt) -> None:
+def cases_command(revisions, registry, style, routes, out, fmt) -> None:
     """Edge shapes (MC/DC pairs, counterexamples, thresholds) as test cases, pinned to the model's route."""
     chosen = list(REVISIONS) if not revisions or "all" in revisions else list(dict.fromkeys(revisions))
     if style == "vllm" and len(chosen) != 1:
         raise BadInput("--style vllm writes one module: name one --revision")
-    if style == "vllm" and out.is_dir():
-        raise BadInput(f"--style vllm writes a file, and {out} is a folder")
+    if style != "suite" and out.is_dir():
+        raise BadInput(f"--style {style} writes a file, and {out} is a folder")
     if style == "suite" and out.exists() and not out.is_dir():
         raise BadInput(f"--out {out} is a file; the suite style writes a folder")
-    jobs = [(rev, registry) for rev in chosen]
+    jobs = [(rev, registry, routes) for rev in chosen]
     if len(jobs) > 1:  # one process per revision: z3 is single-threaded
         with ProcessPoolExecutor(max_workers=min(len(jobs), 4)) as pool:
             results = list(pool.map(_generate, jobs))
@@ -49,6 +53,16 @@ def cases_command(revisions, registry, style, out, fmt) -> None:
         results = [_generate(jobs[0])]
     written: list[dict] = []
     try:
+        if style == "jsonl":
+            out.parent.mkdir(parents=True, exist_ok=True)
+            first: dict[tuple, Case] = {}
+            for c in (c for cases in results for c in cases):
+                first.setdefault((c.id, json.dumps(c.expected_route, sort_keys=True)), c)
+            unique = list(first.values())
+            write_cases(unique, out)
+            written.append({"revision": ",".join(chosen), "registry": registry, "cases": len(unique),
+                            "files": [str(out)]})
+            results = []
         for rev, cases in zip(chosen, results):
             if style == "vllm":
                 out.parent.mkdir(parents=True, exist_ok=True)

@@ -44,6 +44,7 @@ from spec.invariants import INVARIANTS
 from spec.prover import (
     _MINIMISE, VIOLATED, Problem, ProverDisagreement, _z3, canonical_model, check, minimise_in_order, problem,
 )
+from spec.symbolic import box_constraints
 
 # The routing decisions whose conditions MC/DC covers, by Route field (vLLM's names in the comments).
 DECISIONS = (
@@ -311,6 +312,48 @@ def threshold_pairs(p: Problem) -> Iterable[tuple[str, Shape, Shape]]:
                     yield f"threshold {label}", *found
 
 
+# ---------------------------------------------------------------------------- route coverage
+
+
+def route_signature(p: Problem) -> list[Any]:
+    """What a replay on a GPU tells apart: the data path and what the kernel is asked for and finds."""
+    d, v = p.decision, p.symbolic.variables
+    r, a = d.route, d.asm
+    return [_z3(t) for t in (r.path, r.head_padding, r.request.q_dtype, r.request.kv_dtype, a.ps, a.gqa, a.qseqlen,
+                             a.row_found, r.gluon_batch_is_one)] + [v["arch"]]
+
+
+def route_witnesses(p: Problem, max_routes: int) -> Iterable[tuple[str, Shape]]:
+    """Distinct route signatures within the brute-force box (up to ``max_routes``, in the solver's
+    order), each at its smallest and its largest shape.
+
+    For replay on a GPU (``mla-spec cases --style jsonl``): the smallest shape pins the route, the
+    largest (most heads, then the longest query, then the biggest batch) is the one whose kernel
+    time is worth comparing with the HBM floor.
+    """
+    s = z3.Solver()
+    s.set("timeout", PAIR_TIMEOUT_MS)
+    s.add(*p.constraints, *box_constraints(p.symbolic.variables))
+    signature = route_signature(p)
+    v = p.symbolic.variables
+    largest = [(-v[n], -FIELD_BY_NAME[n].box[-1]) for n in ("num_heads", "max_qo_len", "num_reqs")]
+    for _ in range(max_routes):
+        if s.check() != z3.sat:
+            return
+        values = [s.model().eval(t, model_completion=True) for t in signature]
+        same = z3.And(*[t == value for t, value in zip(signature, values)])
+        for label, objectives in (("smallest", [(v[n], FIELD_BY_NAME[n].minimum) for n in _MINIMISE]),
+                                  ("largest", largest)):
+            s.push()
+            s.add(same)
+            if s.check() == z3.sat and minimise_in_order(s, objectives) is not None:
+                model = canonical_model(s, v)
+                if model is not None:
+                    yield f"route coverage ({label})", p.symbolic.to_shape(model)
+            s.pop()
+        s.add(z3.Not(same))
+
+
 # ---------------------------------------------------------------------------- cases
 
 
@@ -320,8 +363,9 @@ def _confirm_pair(p: Problem, origin: str, shapes: Iterable[Shape]) -> None:
             raise ProverDisagreement(f"{p.revision.id}: {origin}: z3 found {shape}, which the model rejects")
 
 
-def generate(revision: str, registry: str = "aiter-0.1.20") -> list[Case]:
-    """The cases of one revision against one registry: MC/DC pairs, counterexamples, thresholds."""
+def generate(revision: str, registry: str = "aiter-0.1.20", routes: int = 0) -> list[Case]:
+    """The cases of one revision against one registry: MC/DC pairs, counterexamples, thresholds
+    (and, for a GPU replay, up to ``routes`` distinct routes at their smallest and largest shape)."""
     p = problem(revision, registry)
     found: list[tuple[str, Shape]] = []
     for origin, *shapes in mcdc_pairs(p):
@@ -340,6 +384,10 @@ def generate(revision: str, registry: str = "aiter-0.1.20") -> list[Case]:
     for origin, *shapes in threshold_pairs(p):
         _confirm_pair(p, origin, shapes)
         found += [(origin, s) for s in shapes]
+    if routes:
+        for origin, shape in route_witnesses(p, routes):
+            _confirm_pair(p, origin, [shape])
+            found.append((origin, shape))
 
     by_id: dict[str, tuple[Shape, list[str]]] = {}
     for origin, shape in found:
