@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -18,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from conformance.cli_common import (
-    EXIT_OK, EXIT_UNKNOWN, EXIT_VIOLATED, BadInput, OneLineErrors, shape_options, shape_summary,
+    EXIT_OK, EXIT_UNKNOWN, EXIT_VIOLATED, BadInput, OneLineErrors, format_option, shape_options, shape_summary,
 )
 from mla_model.registry import REGISTRY_IDS, load_registry
 from mla_model.revisions import REVISIONS
@@ -240,30 +241,53 @@ def list_command(fmt) -> None:
 
 
 @main.command("explain")
-@click.option("--revision", type=click.Choice(list(REVISIONS)), default="vllm-0.28", show_default=True)
-@click.option("--registry", type=click.Choice(list(REGISTRY_IDS)), default="aiter-0.1.20", show_default=True)
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--revision", type=click.Choice(list(REVISIONS)), help="Gate revision (default: the case's, else vllm-0.28).")
+@click.option("--registry", type=click.Choice(list(REGISTRY_IDS)), help="AITER registry (default: the case's, else aiter-0.1.20).")
+@click.option("--case", "case_ref", metavar="ID", help="A case id (gfx950-fp8-h12-q5-dspark3-auto); the shape flags then change it.")
+@click.option("--cases", "cases_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="cases.jsonl to take the case's revision and registry from.")
+@format_option("json")
 @shape_options
-def explain_command(revision, registry, fmt, **fields) -> None:
-    """Explain one shape: validity, route, AITER's kernel lookup, each invariant, why not persistent."""
+def explain_command(revision, registry, case_ref, cases_file, fmt, **fields) -> None:
+    """Explain one shape: each gate and its conditions, the route, AITER's kernel lookup, each invariant
+    (with the conjunct that breaks), and why the persistent schedule is off."""
+    from mla_model.case import parse_case_id, read_cases
     from spec.explain import explain
 
+    given = {k: v for k, v in fields.items() if v is not None}
     try:
-        shape = Shape(**{k: v for k, v in fields.items() if v is not None})
-    except ValueError as e:
+        base = parse_case_id(case_ref).to_json() if case_ref else {}
+        if cases_file is not None:
+            if not case_ref:
+                raise ValueError("--cases needs --case ID")
+            match = next((c for c in read_cases(cases_file) if c.id == case_ref), None)
+            if match is None:
+                raise ValueError(f"no case {case_ref!r} in {cases_file}")
+            revision, registry = revision or match.revision, registry or match.registry
+        shape = Shape(**{**base, **given})
+    except (ValueError, OSError) as e:
         raise BadInput(str(e)) from None
+    revision, registry = revision or "vllm-0.28", registry or "aiter-0.1.20"
+    if revision not in REVISIONS:
+        raise BadInput(f"the case's revision {revision!r} is not one mla-spec knows")
     out = explain(REVISIONS[revision], load_registry(registry), shape)
     if fmt == "json":
         click.echo(json.dumps(out, indent=2))
         sys.exit(EXIT_OK)
-    console = Console(highlight=False)
+    _print_explanation(out, shape, revision, registry, Console(highlight=False))
+    sys.exit(EXIT_OK)
+
+
+def _print_explanation(out: dict, shape: Shape, revision: str, registry: str, console: Console) -> None:
     console.print(f"[bold]{shape_summary(shape)}[/] on {revision} with {registry}")
     if not out["valid"]:
         broken = [name for name, ok in out["validity"].items() if not ok]
         console.print(f"[yellow]not a shape the engine accepts[/]: breaks {'; '.join(broken)}")
+    for gate, d in out["decisions"].items():
+        conditions = "  ".join(f"{text} {'[green]yes[/]' if v else '[red]no[/]'}" for text, v in d["conditions"].items())
+        console.print(f"  {gate} = [bold]{d['value']}[/]  [dim]<-[/] {conditions}", soft_wrap=True)
     r, k = out["route"], out["kernel"]
-    console.print(f"  use_gluon_decode={r['use_gluon_decode']}  use_gluon_verify={r['use_gluon_verify']}  "
-                  f"use_persistent_metadata={r['use_persistent_metadata']}  _mtp_decode_qlen={r['mtp_decode_qlen']}")
+    console.print(f"  _mtp_decode_qlen = {r['mtp_decode_qlen']}")
     console.print(f"  route: [cyan]{r['path']}[/], {r['decode_heads']} heads -> {r['request']['padded_heads']} "
                   f"({r['head_padding']}), qlen {r['request']['kernel_qlen']}")
     if r["path"].startswith("asm"):
@@ -275,12 +299,18 @@ def explain_command(revision, registry, fmt, **fields) -> None:
     if "why_not_persistent" in out:
         console.print("  why not persistent: the gate stays closed for " + ", ".join(out["why_not_persistent"]))
     for inv_id, v in out["invariants"].items():
-        mark = "[green]holds[/]" if v["holds"] else f"[red]VIOLATED[/]: {v['symptom']}"
-        console.print(f"  {inv_id}: {mark}", soft_wrap=True)
-    sys.exit(EXIT_OK)
+        if v["holds"]:
+            console.print(f"  {inv_id}: [green]holds[/]")
+            continue
+        console.print(f"  {inv_id}: [red]VIOLATED[/]: {v['symptom']}", soft_wrap=True)
+        given = f"given {', '.join(v['violated']['given'])}: " if v["violated"]["given"] else ""
+        console.print(f"    [dim]{given}[/]{'; '.join(v['violated']['violated'])}", soft_wrap=True)
 
 
 # Commands that live in their own modules.
 from conformance.cmd_cases import cases_command  # noqa: E402
 
 main.add_command(cases_command)
+from conformance.cmd_mutate import mutate_command  # noqa: E402
+
+main.add_command(mutate_command)

@@ -24,7 +24,7 @@ from typing import Any, Iterable
 from mla_model.decision import decide
 from mla_model.registry import Registry, kernel_name
 from mla_model.revisions.base import Revision
-from mla_model.shape import FP8_KV_CACHE_DTYPES, GIB, Shape
+from mla_model.shape import FP8_KV_CACHE_DTYPES, GIB, SPEC_METHODS, Shape
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,9 @@ def expected_route(revision: Revision, registry: Registry, shape: Shape) -> dict
 
 def case_id(shape: Shape) -> str:
     """A readable id that tells shapes apart: ``gfx950-fp8-h12-q5-dspark3-auto`` plus what is not default."""
-    drafter = "nospec" if shape.spec_method == "none" else f"{shape.spec_method}{shape.num_spec_tokens}"
+    # k follows the method's name; after a name that ends in a digit (eagle3) a "k" keeps them apart.
+    joint = "k" if shape.spec_method[-1].isdigit() else ""
+    drafter = "nospec" if shape.spec_method == "none" else f"{shape.spec_method}{joint}{shape.num_spec_tokens}"
     parts = [shape.arch, shape.kv_cache_dtype, f"h{shape.num_heads}", f"q{shape.max_qo_len}", drafter,
              shape.asm_padding_mode]
     default_q = "fp8" if shape.kv_cache_dtype in FP8_KV_CACHE_DTYPES else "bf16"
@@ -100,8 +102,50 @@ def case_id(shape: Shape) -> str:
         parts.append("noncausal")
     if shape.kv_cache_bytes != GIB:
         over = shape.kv_cache_bytes - 2 * GIB
-        parts.append("kv2g" if over == 0 else f"kv2g{over:+d}" if abs(over) < GIB else f"kv{shape.kv_cache_bytes}b")
+        parts.append("kv2g" if over == 0 else f"kv2g+{over}" if 0 < over < GIB else f"kv{shape.kv_cache_bytes}b")
     return "-".join(parts)
+
+
+def parse_case_id(text: str) -> Shape:
+    """The Shape a :func:`case_id` names (the inverse of case_id for every shape it can write)."""
+    parts = text.split("-")
+    try:
+        if len(parts) < 6 or not (parts[2].startswith("h") and parts[3].startswith("q")):
+            raise ValueError
+        arch, kv, heads, qlen, drafter, mode, *extra = parts
+        method = drafter.rstrip("0123456789")
+        if method.endswith("k") and method[:-1] in SPEC_METHODS and method[-2].isdigit():
+            method = method[:-1]
+            drafter = method + drafter[len(method) + 1:]
+        data: dict[str, Any] = dict(arch=arch, kv_cache_dtype=kv, num_heads=int(heads[1:]), max_qo_len=int(qlen[1:]),
+                                    asm_padding_mode=mode)
+        if method == "nospec":
+            data.update(spec_method="none", num_spec_tokens=0)
+        else:
+            data.update(spec_method=method, num_spec_tokens=int(drafter[len(method):]))
+        for part in extra:
+            if part in ("qbf16", "qfp8"):
+                data["q_dtype"] = part[1:]
+            elif part.startswith("dcp"):
+                data["dcp_world_size"] = int(part[3:])
+            elif part in ("gluonbuild", "nogluonbuild"):
+                data["gluon_build"] = part == "gluonbuild"
+            elif part == "fullcg":
+                data["full_cudagraph"] = True
+            elif part == "noncausal":
+                data["causal"] = False
+            elif part.startswith("kv2g"):
+                data["kv_cache_bytes"] = 2 * GIB + int(part[4:] or 0)
+            elif part.startswith("kv") and part.endswith("b"):
+                data["kv_cache_bytes"] = int(part[2:-1])
+            elif part.startswith("b"):
+                data["num_reqs"] = int(part[1:])
+            else:
+                raise ValueError
+        return Shape(**data)
+    except ValueError as e:
+        detail = f": {e}" if str(e) and "invalid literal" not in str(e) else ""
+        raise ValueError(f"{text!r} is not a case id (arch-kv-hN-qN-drafterK-mode[-...]){detail}") from None
 
 
 def case_seed(case_id_: str) -> int:

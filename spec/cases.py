@@ -74,7 +74,7 @@ class Atom:
 # ---------------------------------------------------------------------------- atoms
 
 
-def _is_membership(t: Any) -> bool:
+def is_membership(t: Any) -> bool:
     """``x in {a, b, ...}``: an Or of equalities between one term and constants (one condition, not several)."""
     if not z3.is_or(t) or t.num_args() == 0:
         return False
@@ -94,13 +94,13 @@ def atoms_of(term: Any) -> list[Any]:
     def walk(t: Any) -> None:
         if z3.is_true(t) or z3.is_false(t) or z3.is_int_value(t) or z3.is_const(t) and not z3.is_bool(t):
             return
-        if z3.is_bool(t) and not _is_membership(t) and (
+        if z3.is_bool(t) and not is_membership(t) and (
             z3.is_and(t) or z3.is_or(t) or z3.is_not(t) or z3.is_implies(t) or z3.is_app_of(t, z3.Z3_OP_XOR)
             or z3.is_app_of(t, z3.Z3_OP_ITE) or (z3.is_eq(t) and z3.is_bool(t.arg(0)))
         ):
             for c in t.children():
                 walk(c)
-        elif z3.is_bool(t) and not _is_membership(t) and _has_ite(t):
+        elif z3.is_bool(t) and not is_membership(t) and _has_ite(t):
             for c in t.children():  # a comparison over an If: the If's conditions are the atoms
                 walk(c)
         elif z3.is_bool(t):
@@ -113,7 +113,7 @@ def atoms_of(term: Any) -> list[Any]:
     return list(found.values())
 
 
-def _fields_of(t: Any, names: set[str]) -> tuple[str, ...]:
+def fields_of(t: Any, names: set[str]) -> tuple[str, ...]:
     seen: set[str] = set()
 
     def walk(u: Any) -> None:
@@ -142,7 +142,7 @@ def describe_atom(t: Any, fields: tuple[str, ...], variables: dict[str, Any]) ->
         if len(true) == len(domain) - 1:
             return f"{spec.name} != {next(v for v in domain if v not in true)}"
         return f"{spec.name} in {{{', '.join(true)}}}"
-    if _is_membership(t):
+    if is_membership(t):
         kids = t.children()
         return f"{_text(kids[0].arg(0))} in {{{', '.join(str(k.arg(1)) for k in kids)}}}"
     return _text(t)
@@ -239,21 +239,26 @@ def mcdc_pairs(p: Problem) -> Iterable[tuple[str, Shape, Shape]]:
     pair = _Pair(p)
     for decision, term in _decision_terms(p):
         atoms = [Atom(t, f, describe_atom(t, f, p.symbolic.variables))
-                 for t in atoms_of(term) if (f := _fields_of(t, names))]
+                 for t in atoms_of(term) if (f := fields_of(t, names))]
         for atom in atoms:
             flips = [atom.term, z3.Not(pair.primed(atom.term)), term != pair.primed(term)]
             others = [o.term == pair.primed(o.term) for o in atoms if o is not atom and set(o.fields) & set(atom.fields)]
             context = [o for o in atoms if o is not atom and not set(o.fields) & set(atom.fields)
                        and all(FIELD_BY_NAME[f].discrete for f in o.fields)]
-            for style, extra in (("unique-cause", others), ("masking", [])):
+            # Masking MC/DC: the coupled conditions may move, but at both shapes this condition alone
+            # must decide the outcome (flipping it, all else held, flips the decision).
+            determining = z3.substitute(term, (atom.term, z3.BoolVal(True))) != z3.substitute(
+                term, (atom.term, z3.BoolVal(False)))
+            masking = [determining, pair.primed(determining)]
+            for style, extra in (("unique-cause", others), ("masking", masking)):
                 if style == "masking" and not others:
-                    break
+                    break  # nothing is coupled: unique-cause found every pair there is
                 seen: list[Any] = []
                 for _ in range(MAX_CONTEXTS if decision in CONTEXT_DECISIONS else 1):
                     found = pair.find(flips + extra + [z3.Not(c) for c in seen], atom.fields)
                     if not found:
                         break
-                    where = [(o, z3.is_true(_value(o.term, found[0], p))) for o in context]
+                    where = [(o, z3.is_true(term_value(o.term, found[0], p))) for o in context]
                     label = ", ".join(dict.fromkeys(o.text for o, v in where if v)) or "none of them"
                     yield (f"mcdc {decision}: {atom.text} ({style}" + (f"; context {label})" if seen else ")"),
                            *found)
@@ -262,7 +267,7 @@ def mcdc_pairs(p: Problem) -> Iterable[tuple[str, Shape, Shape]]:
                     break
 
 
-def _value(term: Any, shape: Shape, p: Problem) -> Any:
+def term_value(term: Any, shape: Shape, p: Problem) -> Any:
     """A z3 term's value on a concrete shape."""
     pins = []
     for spec in FIELDS:

@@ -7,17 +7,22 @@ the core names the field values that, together, keep the schedule off.
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, is_dataclass
+from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import z3
 
-from mla_model.decision import decide
-from mla_model.registry import kernel_name
+from mla_model.decision import Decision, decide
+from mla_model.derived import KERNEL_KV_DTYPES
+from mla_model.logic import EnumTerm
+from mla_model.registry import Registry, kernel_name
 from mla_model.revisions.base import Revision
-from mla_model.registry import Registry
-from mla_model.shape import FIELDS, Shape
+from mla_model.route import HEAD_PADDINGS, PATHS
+from mla_model.shape import FIELDS, Q_DTYPES, Shape
 from spec.invariants import INVARIANTS
+from spec.cases import atoms_of, describe_atom, fields_of, is_membership, term_value
 from spec.prover import _z3, problem
 from spec.symptoms import describe_violation
 
@@ -41,6 +46,26 @@ def why_not_persistent(revision: Revision, registry: Registry, shape: Shape) -> 
     return sorted(str(c) for c in s.unsat_core())
 
 
+GATES = ("use_gluon_decode", "use_gluon_verify", "use_persistent_metadata")
+
+
+def decision_conditions(revision: Revision, registry: Registry, shape: Shape) -> dict[str, dict[str, Any]]:
+    """Each gate's value and the value of every atomic condition in it (spec.cases finds the atoms)."""
+    p = problem(revision, registry)
+    names = set(p.symbolic.variables)
+    out = {}
+    for gate in GATES:
+        term = _z3(getattr(p.decision.route, gate))
+        conditions = {}
+        for atom in atoms_of(term):
+            fields_read = fields_of(atom, names)
+            if fields_read:
+                text = describe_atom(atom, fields_read, p.symbolic.variables)
+                conditions[text] = z3.is_true(term_value(atom, shape, p))
+        out[gate] = {"value": z3.is_true(term_value(term, shape, p)), "conditions": conditions}
+    return out
+
+
 def explain(revision: Revision, registry: Registry, shape: Shape) -> dict[str, Any]:
     d = decide(revision, registry, shape)
     validity = {name: bool(ok) for name, ok in revision.validity(shape, registry)}
@@ -60,7 +85,8 @@ def explain(revision: Revision, registry: Registry, shape: Shape) -> dict[str, A
     invariants = {}
     for inv in INVARIANTS:
         holds = bool(inv.holds(d))
-        invariants[inv.id] = {"holds": holds, **({} if holds else {"symptom": describe_violation(inv, d, registry)})}
+        invariants[inv.id] = {"holds": holds, **({} if holds else {
+            "symptom": describe_violation(inv, d, registry), "violated": violated_conjuncts(inv, d)})}
     out = {
         "revision": revision.id,
         "registry": registry.id,
@@ -68,9 +94,138 @@ def explain(revision: Revision, registry: Registry, shape: Shape) -> dict[str, A
         "valid": all(validity.values()),
         "validity": validity,
         "route": r.to_json(),
+        "decisions": decision_conditions(revision, registry, shape),
         "kernel": kernel,
         "invariants": invariants,
     }
     if out["valid"] and not r.use_persistent_metadata:
         out["why_not_persistent"] = why_not_persistent(revision, registry, shape)
     return out
+
+
+# ---------------------------------------------------------------------------- the violated conjunct
+
+# The domains of the string-valued parts of a Decision, for naming their values in a formula.
+_ENUM_DOMAINS = {
+    "route.path": PATHS,
+    "route.head_padding": HEAD_PADDINGS,
+    "route.request.q_dtype": Q_DTYPES,
+    "route.request.kv_dtype": KERNEL_KV_DTYPES,
+    **{f"shape.{f.name}": f.values for f in FIELDS if f.kind == "enum"},
+}
+
+
+def _named(prefix: str, obj: Any, leaves: dict[str, tuple[Any, Any]]) -> Any:
+    """A copy of a concrete dataclass whose plain fields are z3 variables named by their path."""
+    values = {}
+    for f in fields(obj):
+        value, name = getattr(obj, f.name), f"{prefix}.{f.name}"
+        if is_dataclass(value):
+            values[f.name] = _named(name, value, leaves)
+        elif value is None or isinstance(value, EnumTerm):
+            values[f.name] = value
+        else:
+            values[f.name] = _leaf(name, value, leaves)
+    return type(obj)(**values)
+
+
+def _leaf(name: str, value: Any, leaves: dict[str, tuple[Any, Any]]) -> Any:
+    if isinstance(value, (bool, np.bool_)):
+        var, concrete = z3.Bool(name), z3.BoolVal(bool(value))
+    elif isinstance(value, (int, np.integer)):
+        var, concrete = z3.Int(name), z3.IntVal(int(value))
+    else:
+        domain = _ENUM_DOMAINS.get(name, (value,))
+        var, concrete = z3.Int(name), z3.IntVal(domain.index(value))
+        leaves[name] = (var, concrete)
+        return EnumTerm(tuple(domain), var)
+    leaves[name] = (var, concrete)
+    return var
+
+
+def violated_conjuncts(inv: Any, d: Decision) -> dict[str, list[str]]:
+    """The parts of an invariant that are false for this decision, each with the values behind it.
+
+    The invariant is rebuilt over a Decision whose every field is a z3 variable named after it
+    (``gluon.serves_fp8``, ``route.mtp_decode_qlen``); its formula is then walked against the
+    concrete values.  An implication (``Or(Not(premise), conclusion)`` once built) puts its true
+    premise under ``given`` and blames its conclusion; a false conjunction blames each false
+    member; what is left is a comparison or a named field, shown with its values.
+    Returns ``{"given": [...], "violated": [...]}``, both empty when the invariant holds.
+    """
+    leaves: dict[str, tuple[Any, Any]] = {}
+    shape_view = SimpleNamespace(**{f.name: _leaf(f"shape.{f.name}", getattr(d.shape, f.name), leaves)
+                                    for f in FIELDS})
+    named = Decision(shape=shape_view, route=_named("route", d.route, leaves), asm=_named("asm", d.asm, leaves),
+                     gluon=_named("gluon", d.gluon, leaves))
+    formula = _z3(inv.holds(named))
+    pins = list(leaves.values())
+    given: list[str] = []
+
+    def value(t: Any) -> Any:
+        return z3.simplify(z3.substitute(t, *pins))
+
+    def facts(t: Any) -> list[str]:
+        """A true premise, atom by atom."""
+        if z3.is_and(t):
+            return [w for k in t.children() for w in facts(k)]
+        return [_describe(t, value, True, given=True)]
+
+    def blame(t: Any, want: bool) -> list[str]:
+        """Why ``t`` is not ``want``."""
+        if z3.is_not(t):
+            return blame(t.arg(0), not want)
+        kids = t.children()
+        if z3.is_implies(t) and want:
+            given.extend(facts(kids[0]))
+            return blame(kids[1], True)
+        if z3.is_or(t) and want:
+            premises = [k for k in kids if z3.is_not(k)]
+            if premises and len(premises) < len(kids):  # Or(Not(premise), ..., conclusion): an implication
+                given.extend(w for k in premises for w in facts(k.arg(0)))
+                kids = [k for k in kids if not z3.is_not(k)]
+            return [w for k in kids for w in blame(k, True)]
+        if z3.is_and(t) and want:
+            return [w for k in kids if not z3.is_true(value(k)) for w in blame(k, True)]
+        if z3.is_and(t) and not want:
+            return [w for k in kids for w in blame(k, False)]
+        if z3.is_or(t) and not want:
+            return [w for k in kids if z3.is_true(value(k)) for w in blame(k, False)]
+        return [_describe(t, value, want)]
+
+    if z3.is_true(value(formula)):
+        return {"given": [], "violated": []}
+    violated = list(dict.fromkeys(blame(formula, True)))
+    return {"given": list(dict.fromkeys(given)), "violated": violated}
+
+
+def _describe(t: Any, value: Any, want: bool, given: bool = False) -> str:
+    """One atom in words: ``gluon.serves_fp8 = False (needs True)``, or a comparison with its values."""
+    names = sorted({str(u) for u in _consts(t)})
+    values = {n: _show(n, value(z3.Const(n, _sort(t, n)))) for n in names}
+    if z3.is_const(t):
+        return f"{names[0]} = {values[names[0]]}" + ("" if given else f" (needs {want})")
+    members = t.children() if is_membership(t) else [t] if z3.is_eq(t) else []
+    if members and z3.is_const(members[0].arg(0)) and str(members[0].arg(0)) in _ENUM_DOMAINS:
+        name = str(members[0].arg(0))
+        targets = " or ".join(_ENUM_DOMAINS[name][m.arg(1).as_long()] for m in members if z3.is_int_value(m.arg(1)))
+        return f"{name} = {values[name]}" + ("" if given else f" (needs {'' if want else 'not '}{targets})")
+    text = " ".join(str(t).split())
+    shown = ", ".join(f"{n}={v}" for n, v in values.items())
+    return f"{text}" + ("" if given else f" is {not want}") + f"  [{shown}]"
+
+
+def _consts(t: Any) -> list[Any]:
+    if z3.is_const(t) and t.decl().kind() == z3.Z3_OP_UNINTERPRETED:
+        return [t]
+    return [c for k in t.children() for c in _consts(k)]
+
+
+def _sort(t: Any, name: str) -> Any:
+    return next(c.sort() for c in _consts(t) if str(c) == name)
+
+
+def _show(name: str, v: Any) -> str:
+    if name in _ENUM_DOMAINS and z3.is_int_value(v):
+        return _ENUM_DOMAINS[name][v.as_long()]
+    return str(v)

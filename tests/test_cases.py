@@ -12,7 +12,7 @@ from hypothesis import given, settings
 
 from conformance.case_modules import module_name, slug
 from conformance.cli import main
-from mla_model.case import case_id, read_cases
+from mla_model.case import case_id, parse_case_id, read_cases
 from mla_model.revisions import REVISIONS
 from spec.cases import generate
 from spec.strategies import shapes
@@ -106,3 +106,9 @@ def test_vllm_style_module_passes_on_its_release_and_fails_on_0_27_1_for_fp8_and
     assert on_0271.returncode == 1
     failed = {line.split("::")[1].split("[")[0] for line in on_0271.stdout.splitlines() if line.startswith("FAILED")}
     assert {"test_fp8_never_routes_to_gluon", "test_metadata_sized_for_every_decode_qlen"} <= failed
+
+
+@settings(max_examples=300, deadline=None)
+@given(shapes(valid=False))
+def test_a_case_id_names_its_shape(shape):
+    assert parse_case_id(case_id(shape)) == shape

@@ -103,3 +103,28 @@ def test_explain_names_the_gate_clause_that_keeps_a_padded_bf16_rank_off_the_sch
 def test_explain_bad_field_value_is_one_line_exit_2():
     out = run("explain", "--num-heads", "0")
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_explain_a_case_id_names_the_broken_conjunct_with_its_values():
+    result = run("explain", "--case", "gfx950-fp8-h4-q1-nospec-auto", "--revision", "vllm-0.27", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["shape"]["kv_cache_dtype"] == "fp8" and out["route"]["path"] == "gluon_decode"
+    broken = out["invariants"]["fp8-never-reaches-gluon"]["violated"]
+    assert "route.path = gluon_decode" in broken["given"]
+    assert "gluon.serves_fp8 = False (needs True)" in broken["violated"]
+    gate = out["decisions"]["use_gluon_decode"]
+    assert gate["value"] is True and gate["conditions"]["num_heads < 16"] is True
+
+
+def test_explain_after_51011_shows_the_dtype_guard_closing_the_gluon_gate():
+    result = run("explain", "--case", "gfx950-fp8-h4-q1-nospec-auto", "--format", "json")
+    out = json.loads(result.stdout)
+    gate = out["decisions"]["use_gluon_decode"]
+    assert gate["value"] is False and gate["conditions"]["kv_cache_dtype in {fp8, fp8_e4m3, fp8_e5m2}"] is True
+    assert all(v["holds"] for k, v in out["invariants"].items() if k.startswith("fp8"))
+
+
+def test_explain_refuses_a_malformed_case_id_in_one_line():
+    result = run("explain", "--case", "gfx950-fp8")
+    assert result.returncode == 2 and "is not a case id" in result.stderr
