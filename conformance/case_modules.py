@@ -164,37 +164,47 @@ def _ask(predicate, **kwargs):
     return fn(**{{k: v for k, v in kwargs.items() if k in params}})
 
 
+def _gates(monkeypatch, gluon_available, mode, **query):
+    """(use_gluon_decode, use_gluon_verify) for one step with arch and mode pinned; verify None if inline."""
+    _pin(monkeypatch, gluon_available, mode)
+    return _ask("use_gluon_decode", **query), _ask("use_gluon_verify", **query)
+
+
 {_vllm_params(fp8_rows, "gluon_available, mode, num_heads, max_qo_len, kv_cache_dtype, kv_cache_bytes")}
 def test_fp8_never_routes_to_gluon(
     monkeypatch, gluon_available, mode, num_heads, max_qo_len, kv_cache_dtype, kv_cache_bytes
 ):
-    _pin(monkeypatch, gluon_available, mode)
-    q = dict(
+    decode, verify = _gates(
+        monkeypatch,
+        gluon_available,
+        mode,
         num_heads=num_heads,
         max_qo_len=max_qo_len,
         kv_cache_dtype=kv_cache_dtype,
         kv_cache_bytes=kv_cache_bytes,
     )
-    assert not _ask("use_gluon_decode", **q)
-    assert not _ask("use_gluon_verify", **q)
+    assert not decode
+    assert not verify
 
 
 {_vllm_params(gate_rows, "gluon_available, mode, num_heads, max_qo_len, kv_cache_dtype, kv_cache_bytes, decode, verify")}
 def test_gates_route_as_specified(
     monkeypatch, gluon_available, mode, num_heads, max_qo_len, kv_cache_dtype, kv_cache_bytes, decode, verify
 ):
-    _pin(monkeypatch, gluon_available, mode)
-    q = dict(
+    got_decode, got_verify = _gates(
+        monkeypatch,
+        gluon_available,
+        mode,
         num_heads=num_heads,
         max_qo_len=max_qo_len,
         kv_cache_dtype=kv_cache_dtype,
         kv_cache_bytes=kv_cache_bytes,
     )
-    assert _ask("use_gluon_decode", **q) == decode
-    assert not (decode and verify)  # decode and verify are disjoint
-    if not hasattr(AiterMLAHelper, "use_gluon_verify"):
+    assert got_decode == decode
+    assert not (got_decode and got_verify)  # decode and verify are disjoint
+    if got_verify is None:
         pytest.skip("this vLLM decides the Gluon verify inline in forward_mqa")
-    assert _ask("use_gluon_verify", **q) == verify
+    assert got_verify == verify
 
 
 {_vllm_params(sizing_rows, "spec_method, num_spec_tokens, parallel_drafting, max_qo_len")}
