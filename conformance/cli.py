@@ -314,3 +314,6 @@ main.add_command(cases_command)
 from conformance.cmd_mutate import mutate_command  # noqa: E402
 
 main.add_command(mutate_command)
+from conformance.cmd_graph import graph_command  # noqa: E402
+
+main.add_command(graph_command)
