@@ -78,7 +78,8 @@ def _print_text(results: list[CheckResult], console: Console) -> None:
               help="AITER registry to check against (repeatable; default: all).")
 @click.option("--invariant", "invariants", multiple=True, type=click.Choice(list(INVARIANT_BY_ID)),
               help="Invariant to prove (repeatable; default: all).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "sarif"]), default="text", show_default=True,
+              help="sarif: SARIF 2.1.0 for code-scanning views (violations as errors).")
 @click.option("--max-classes", type=click.IntRange(min=1), default=10, show_default=True,
               help="Counterexample classes to enumerate per violated invariant.")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=DEFAULT_TIMEOUT_MS / 1000, show_default=True,
@@ -128,6 +129,10 @@ def _exit_for(results: list[CheckResult]) -> None:
 def _report(results: list[CheckResult], fmt: str) -> None:
     if fmt == "json":
         click.echo(json.dumps({"results": [r.to_json() for r in results]}, indent=2))
+    elif fmt == "sarif":
+        from spec.sarif import check_log
+
+        click.echo(json.dumps(check_log(results, shape_summary), indent=2))
     else:
         _print_text(results, Console(highlight=False))
     _exit_for(results)
@@ -317,3 +322,6 @@ main.add_command(mutate_command)
 from conformance.cmd_graph import graph_command  # noqa: E402
 
 main.add_command(graph_command)
+from conformance.cmd_conform import conform_command  # noqa: E402
+
+main.add_command(conform_command)

@@ -1,0 +1,192 @@
+"""``mla-spec conform``: replay a cases file on a backend, with a progress bar and a summary table.
+
+It runs the pytest plugin (:mod:`conformance.pytest_plugin`) in a child
+process and follows the results file as it grows.  A child that loses its
+GPU (a CUDA error that kills the context) exits with
+:data:`~conformance.runner.DEVICE_LOST_EXIT`; a fresh child then resumes from
+the results file.  ``--workers N`` shards over N pytest-xdist workers, one GPU
+each.
+
+This module imports neither z3 nor torch at import time, so on a GPU machine
+without z3 it runs as ``python -m conformance.cmd_conform``.
+
+Exit status: 0 when no case is MISMATCH, NAN or CRASH; 1 otherwise; 2 for bad
+input (a missing or malformed cases file, an unknown backend or fault).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from conformance.backends import BACKENDS, DEVICE_LOST_EXIT, FAILURES, FAULT_BACKENDS, STATUSES, case_key
+from conformance.cli_common import EXIT_OK, EXIT_VIOLATED, BadInput, format_option
+from mla_model.case import read_cases
+
+MAX_RESTARTS = 20
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _records(path: Path, backend: str, fault: str | None, keys: set[str]) -> dict[str, dict[str, Any]]:
+    """The latest record of each case of this run (backend, fault) in the results file."""
+    out: dict[str, dict[str, Any]] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if r.get("key") in keys and r.get("backend") == backend and r.get("fault") == fault:
+                out[r["key"]] = r
+    return out
+
+
+def _pytest_command(backend: str, cases: Path, out: Path, device: str, fault: str | None, kv_len: int | None,
+                    full_context: bool, workers: int) -> list[str]:
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+           "--mla-backend", backend, "--mla-cases", str(cases), "--mla-results", str(out), "--mla-device", device]
+    installed = any(e.value == "conformance.pytest_plugin" for e in importlib.metadata.entry_points(group="pytest11"))
+    if not installed:
+        cmd[3:3] = ["-p", "conformance.pytest_plugin"]
+    if fault:
+        cmd += ["--mla-fault", fault]
+    if kv_len:
+        cmd += ["--mla-kv-len", str(kv_len)]
+    if full_context:
+        cmd.append("--mla-full-context")
+    if workers > 1:
+        cmd += ["-n", str(workers)]
+    return [*cmd, str(cases)]
+
+
+def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Counts by status and by route path, throughput, and reference against kernel time."""
+    by_path: dict[str, Counter] = {}
+    for r in records:
+        by_path.setdefault(r["path"], Counter())[r["status"]] += 1
+    finished = [r["finished_at"] - r["t_case_s"] for r in records] + [r["finished_at"] for r in records]
+    span = (max(finished) - min(finished)) if records else 0.0
+    timed = [r for r in records if "t_kernel_ms" in r and "t_reference_ms" in r]
+    kernel = [r["t_kernel_ms"] for r in timed]
+    reference = [r["t_reference_ms"] for r in timed]
+    return {
+        "cases": len(records),
+        "statuses": dict(Counter(r["status"] for r in records)),
+        "by_path": {p: dict(c) for p, c in sorted(by_path.items())},
+        "cases_per_minute": (len(records) / span * 60) if span > 0 else None,
+        "median_kernel_ms": statistics.median(kernel) if kernel else None,
+        "median_reference_ms": statistics.median(reference) if reference else None,
+        "reference_over_kernel": (statistics.median(reference) / statistics.median(kernel)) if kernel else None,
+        "not_passed": [{k: r.get(k) for k in ("key", "status", "path", "detail")}
+                       for r in records if r["status"] not in ("PASS", "NO_KERNEL")],
+    }
+
+
+def _print_summary(summary: dict[str, Any], backend: str, console: Console) -> None:
+    table = Table(title=f"mla-spec conform: {backend}")
+    table.add_column("route path", style="bold")
+    shown = [s for s in STATUSES if s in summary["statuses"]]
+    for s in shown:
+        table.add_column(s, justify="right")
+    for path, counts in summary["by_path"].items():
+        table.add_row(path, *[str(counts.get(s, "")) for s in shown])
+    table.add_row("all", *[str(summary["statuses"].get(s, "")) for s in shown], style="bold")
+    console.print(table)
+    if summary["cases_per_minute"]:
+        console.print(f"{summary['cases']} cases, {summary['cases_per_minute']:.0f} cases/min")
+    if summary["median_kernel_ms"] is not None:
+        console.print(f"median time per case: kernel {summary['median_kernel_ms']:.3f} ms, "
+                      f"reference {summary['median_reference_ms']:.3f} ms "
+                      f"({summary['reference_over_kernel']:.1f}x)")
+    for r in summary["not_passed"][:20]:
+        console.print(f"[red]{r['status']}[/] {r['key']} ({r['path']}): {r['detail']}", soft_wrap=True)
+    if len(summary["not_passed"]) > 20:
+        console.print(f"... and {len(summary['not_passed']) - 20} more in the results file")
+
+
+@click.command("conform")
+@click.option("--backend", required=True, metavar="NAME", help=f"One of: {', '.join(BACKENDS)}.")
+@click.option("--cases", "cases_path", required=True, type=click.Path(path_type=Path), help="Cases JSONL file.")
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="Results JSONL (streamed; rerun with the same --out to resume). Default: a temporary file.")
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
+@click.option("--fault", default=None, metavar="NAME",
+              help="model backend only: fp8-read-as-bf16, repeat-pad-non-divisor or metadata-short-qlen.")
+@click.option("--kv-len", type=click.IntRange(min=1), default=None, help="Context tokens per request, from [1, N].")
+@click.option("--full-context", is_flag=True, help="Every request holds exactly --kv-len context tokens (timing).")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="pytest-xdist workers, one per GPU.")
+@format_option("json")
+def conform_command(backend, cases_path, out, device, fault, kv_len, full_context, workers, fmt) -> None:
+    """Replay cases on a backend against the float32 reference: PASS, MISMATCH, NAN, CRASH, NO_KERNEL, SKIP."""
+    if backend not in BACKENDS:
+        raise BadInput(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
+    if fault is not None:
+        from mla_model.emulation import FAULTS  # imports torch, which the replay needs anyway
+
+        if fault not in FAULTS or backend not in FAULT_BACKENDS:
+            raise BadInput(f"--fault {fault!r}: the faults ({', '.join(FAULTS)}) are a switch of the "
+                           f"{', '.join(FAULT_BACKENDS)} backend")
+    if not cases_path.is_file():
+        raise BadInput(f"--cases {cases_path}: no such file")
+    try:
+        cases = read_cases(cases_path)
+    except ValueError as e:
+        raise BadInput(str(e)) from None
+    if out is None:
+        out = Path(tempfile.mkdtemp(prefix="mla-conform-")) / "results.jsonl"
+    keys = {case_key(c) for c in cases}
+    cmd = _pytest_command(backend, cases_path.resolve(), out.resolve(), device, fault, kv_len, full_context, workers)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
+    console = Console(stderr=True, highlight=False)
+    log = out.with_suffix(".pytest.log")
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=fmt == "json") as progress:
+        task = progress.add_task(backend, total=len(keys), completed=len(_records(out, backend, fault, keys)))
+        for _ in range(MAX_RESTARTS):
+            before = len(_records(out, backend, fault, keys))
+            with open(log, "a") as sink:
+                child = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=env)
+                while child.poll() is None:
+                    time.sleep(0.5)
+                    progress.update(task, completed=len(_records(out, backend, fault, keys)))
+            done = len(_records(out, backend, fault, keys))
+            progress.update(task, completed=done)
+            if child.returncode != DEVICE_LOST_EXIT or done == before or done == len(keys):
+                break
+    records = list(_records(out, backend, fault, keys).values())
+    if child.returncode not in (0, 1, DEVICE_LOST_EXIT) and not records:
+        tail = log.read_text().strip().splitlines()[-1:] or ["no output"]
+        raise click.ClickException(f"pytest exited {child.returncode}: {tail[0]} (log: {log})")
+    summary = summarise(records)
+    summary.update(backend=backend, fault=fault, results=str(out))
+    if fmt == "json":
+        click.echo(json.dumps(summary, indent=2))
+    else:
+        _print_summary(summary, backend, Console(highlight=False))
+        click.echo(f"results: {out}")
+    missing = len(keys) - len(records)
+    if missing:
+        click.echo(f"mla-spec: {missing} case(s) have no result; rerun with --out {out} to resume", err=True)
+    sys.exit(EXIT_VIOLATED if any(r["status"] in FAILURES for r in records) or missing else EXIT_OK)
+
+
+if __name__ == "__main__":
+    from conformance.cli_common import OneLineErrors
+
+    group = OneLineErrors(commands={"conform": conform_command})
+    group.main(args=["conform", *sys.argv[1:]], prog_name="mla-spec")

@@ -1,0 +1,162 @@
+"""pytest plugin: replay conformance cases on a backend (registered as the ``pytest11`` entry point ``mla_spec``).
+
+    pytest --mla-backend aiter-triton --mla-cases cases.jsonl --mla-results results.jsonl [-n GPUS]
+
+Each line of the cases file becomes a test; its verdict (:mod:`conformance.runner`)
+maps to pytest's: PASS passes; MISMATCH, NAN and CRASH fail; NO_KERNEL is an
+expected failure (the routed stack has no kernel: the model predicts it);
+SKIP skips.  ``--mla-results`` streams one JSON line per case and skips the
+cases it already holds, so rerunning the same command resumes.  Under
+pytest-xdist each worker takes one GPU (``--mla-device cuda``: worker ``gwN``
+uses GPU ``N``); a device error that leaves the CUDA context unusable ends
+the worker, which xdist replaces.
+
+The plugin is loaded by every pytest run of this project: it imports nothing
+heavy here and does nothing unless ``--mla-backend`` or ``--mla-cases`` is
+given.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+_SETTINGS = pytest.StashKey[dict]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("mla-spec", "mla-spec conformance replay")
+    group.addoption("--mla-backend", metavar="NAME", help="backend to replay the cases on: model, aiter-triton, vllm-aiter")
+    group.addoption("--mla-cases", metavar="FILE", help="cases JSONL file (mla-spec cases); each line becomes a test")
+    group.addoption("--mla-device", default="auto", metavar="DEV",
+                    help="auto (CUDA when present), cpu, cuda or cuda:N (default: auto)")
+    group.addoption("--mla-results", metavar="FILE",
+                    help="stream one JSON line per case here; cases already in it are skipped (resume)")
+    group.addoption("--mla-fault", metavar="NAME", help="model backend only: inject a documented failure mode")
+    group.addoption("--mla-kv-len", type=int, default=None, metavar="N",
+                    help="context tokens per request, drawn from [1, N] (default 256)")
+    group.addoption("--mla-full-context", action="store_true",
+                    help="every request holds exactly --mla-kv-len context tokens (for timing)")
+
+
+def _active(config: pytest.Config) -> bool:
+    return bool(config.getoption("--mla-backend") or config.getoption("--mla-cases"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not _active(config):
+        return
+    from conformance.backends import BACKENDS, FAULT_BACKENDS
+    from mla_model.case import read_cases
+
+    backend, cases = config.getoption("--mla-backend"), config.getoption("--mla-cases")
+    if not backend or not cases:
+        raise pytest.UsageError("--mla-backend and --mla-cases go together")
+    if backend not in BACKENDS:
+        raise pytest.UsageError(f"unknown --mla-backend {backend!r}; known: {', '.join(BACKENDS)}")
+    fault = config.getoption("--mla-fault")
+    if fault is not None:
+        from mla_model.emulation import FAULTS
+
+        if fault not in FAULTS:
+            raise pytest.UsageError(f"unknown --mla-fault {fault!r}; known: {', '.join(FAULTS)}")
+        if backend not in FAULT_BACKENDS:
+            raise pytest.UsageError(f"--mla-fault is a switch of the {', '.join(FAULT_BACKENDS)} backend only")
+    path = Path(cases)
+    if not path.is_file():
+        raise pytest.UsageError(f"--mla-cases {cases}: no such file")
+    try:
+        parsed = read_cases(path)
+    except ValueError as e:
+        raise pytest.UsageError(f"--mla-cases {e}") from None
+    kv_len = config.getoption("--mla-kv-len")
+    if kv_len is not None and kv_len < 1:
+        raise pytest.UsageError("--mla-kv-len must be at least 1")
+    config.stash[_SETTINGS] = {
+        "backend": backend, "path": path.resolve(), "cases": parsed, "fault": fault, "kv_len": kv_len,
+        "full_context": config.getoption("--mla-full-context"),
+        "device": config.getoption("--mla-device"), "results": config.getoption("--mla-results"), "done": None,
+    }
+    if config.args_source != pytest.Config.ArgsSource.ARGS:
+        config.args = [str(path)]  # collect the cases, not the project's test paths
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> Any:
+    settings = parent.config.stash.get(_SETTINGS, None)
+    if settings is not None and file_path.resolve() == settings["path"]:
+        return CasesFile.from_parent(parent, path=file_path)
+    return None
+
+
+class CasesFile(pytest.File):
+    def collect(self) -> Any:
+        from conformance.backends import case_key
+
+        for case in self.config.stash[_SETTINGS]["cases"]:
+            yield CaseItem.from_parent(self, name=case_key(case), case=case)
+
+
+class CaseItem(pytest.Item):
+    def __init__(self, *, case: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.case = case
+
+    def runtest(self) -> None:
+        from conformance import runner
+        from conformance.backends import DEVICE_LOST_EXIT, load_backend
+
+        settings = self.config.stash[_SETTINGS]
+        log = runner.ResultsLog(settings["results"]) if settings["results"] else None
+        if log is not None and settings["done"] is None:
+            settings["done"] = log.done(settings["backend"], settings["fault"])
+        if log is not None and self.name in settings["done"]:
+            pytest.skip(f"already recorded in {log.path}")
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+        device = runner.resolve_device(settings["device"], int(worker[2:]) if worker.startswith("gw") else None)
+        kv_len = settings["kv_len"] or runner.DEFAULT_KV_LEN
+        record = runner.run_case(self.case, load_backend(settings["backend"]), device, kv_len, settings["fault"],
+                                 settings["full_context"])
+        self.user_properties.append(("mla_status", record["status"]))
+        if log is not None:
+            log.append(record)
+        if record.get("device_lost"):
+            os._exit(DEVICE_LOST_EXIT)  # the CUDA context is gone; a fresh process resumes
+        status, detail = record["status"], record["detail"]
+        if status == "SKIP":
+            pytest.skip(detail)
+        if status == "NO_KERNEL":
+            pytest.xfail(f"NO_KERNEL: {detail}")
+        if status != "PASS":
+            raise CaseFailed(f"{status}: {detail}")
+
+    def repr_failure(self, excinfo: Any, style: Any = None) -> Any:
+        if isinstance(excinfo.value, CaseFailed):
+            return f"{self.name} ({self.case.origin}): {excinfo.value}"
+        return super().repr_failure(excinfo, style)
+
+    def reportinfo(self) -> Any:
+        return self.path, None, self.name
+
+
+class CaseFailed(Exception):
+    """A MISMATCH, NAN or CRASH verdict."""
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """One line of verdict counts (read off the reports, so xdist workers' cases count too)."""
+    if _SETTINGS not in config.stash:
+        return
+    from conformance.backends import STATUSES
+
+    tally: dict[str, int] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            status = dict(getattr(report, "user_properties", ())).get("mla_status")
+            if status is not None and report.when == "call":
+                tally[status] = tally.get(status, 0) + 1
+    if tally:
+        counts = ", ".join(f"{tally[s]} {s}" for s in STATUSES if s in tally)
+        terminalreporter.write_line(f"mla-spec {config.stash[_SETTINGS]['backend']}: {counts}")
