@@ -325,3 +325,6 @@ main.add_command(graph_command)
 from conformance.cmd_conform import conform_command  # noqa: E402
 
 main.add_command(conform_command)
+from conformance.cmd_diff import diff_command  # noqa: E402
+
+main.add_command(diff_command)

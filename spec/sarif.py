@@ -1,0 +1,174 @@
+"""SARIF 2.1.0 logs of ``check`` and ``diff``, so violations show in code-scanning views.
+
+Format: OASIS "Static Analysis Results Interchange Format (SARIF) Version 2.1.0"
+(https://docs.oasis-open.org/sarif/sarif/v2.1.0/sarif-v2.1.0.html), within the
+subset GitHub code scanning reads ("SARIF support for code scanning": a run's
+``tool.driver.rules``, results with ``ruleId``, ``level``, ``message.text``
+and a ``physicalLocation`` whose ``artifactLocation.uri`` is relative to the
+repository root, ``partialFingerprints`` to track a result across runs).
+
+* ``check``: one rule per invariant checked (shortDescription: its statement,
+  fullDescription: how it breaks in production, help: why); one ``error``
+  result per violated (revision, registry, invariant), whose message carries
+  the smallest counterexample, and one ``warning`` per UNKNOWN verdict (a
+  timeout is never a pass).
+* ``diff``: two rules, ``new-route`` (NEW sends shapes to a path or kernel OLD
+  did not use for them) and ``metadata-sizing`` (the persistent metadata is
+  sized differently against reorder_batch_threshold); one result per region,
+  an ``error`` where ``--fail-on-new-routes`` fails on it, else a ``warning``
+  (new route) or a ``note`` (sizing only).
+
+Locations point at the revision's source: ``mla_model/revisions/<module>.py``
+(at its ``route``) for a model revision, vLLM's
+``vllm/v1/attention/backends/mla/rocm_aiter_mla.py`` (at ``use_gluon_decode``)
+for a release, the file itself for a path.  Shapes are written by the
+caller's ``shape_text`` (the command line's summary), so this module needs no
+layer above ``spec``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any, Callable
+
+from mla_model.revisions import REVISIONS
+from mla_model.shape import Shape
+from spec.diff import Diff, Region
+from spec.invariants import INVARIANT_BY_ID
+from spec.prover import UNKNOWN, VIOLATED, CheckResult
+from spec.realcode.source import RELATIVE_PATH
+
+SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
+_ROOT = Path(__file__).resolve().parent.parent  # the directory holding mla_model/, spec/, conformance/
+
+ShapeText = Callable[[Shape], str]
+
+
+def check_log(results: list[CheckResult], shape_text: ShapeText) -> dict[str, Any]:
+    """The SARIF log of a check: violations as errors, unknown verdicts as warnings."""
+    checked = list(dict.fromkeys(r.invariant for r in results))
+    rules = [_invariant_rule(INVARIANT_BY_ID[i]) for i in checked]
+    out = []
+    for r in results:
+        if r.verdict not in (VIOLATED, UNKNOWN):
+            continue
+        where = f"{r.revision} with {r.registry}"
+        if r.verdict == UNKNOWN:
+            text = f"{r.invariant} is UNKNOWN on {where}: {r.reason or 'the solver gave no answer'}"
+        elif r.counterexamples:
+            c = r.counterexamples[0]
+            text = (f"{r.invariant} is VIOLATED on {where} ({r.classes}{'' if r.complete else '+'} counterexample "
+                    f"class{'es' if r.classes != 1 else ''}); smallest: {shape_text(c.shape)} -> {c.route['path']}: "
+                    f"{c.symptom}")
+        else:
+            text = f"{r.invariant} is VIOLATED on {where}: {r.reason}"
+        out.append({
+            "ruleId": r.invariant,
+            "ruleIndex": checked.index(r.invariant),
+            "level": "error" if r.verdict == VIOLATED else "warning",
+            "message": {"text": text},
+            "locations": [revision_location(r.revision)],
+            "partialFingerprints": {"mlaSpecCheck/v1": f"{r.revision}|{r.registry}|{r.invariant}"},
+            "properties": r.to_json(),
+        })
+    return _log(rules, out)
+
+
+def diff_log(d: Diff, fail_on_new_routes: bool, shape_text: ShapeText) -> dict[str, Any]:
+    """The SARIF log of a diff: one result per region of changed routes."""
+    rules = [
+        {"id": "new-route", "name": "NewRoute",
+         "shortDescription": {"text": "NEW sends shapes to a path or kernel OLD did not use for them."},
+         "fullDescription": {"text": "A decode step that changes path or kernel runs different code in production: "
+                                     "check it against the invariants (mla-spec check) and replay it on a GPU."},
+         "defaultConfiguration": {"level": "warning"}},
+        {"id": "metadata-sizing", "name": "MetadataSizing",
+         "shortDescription": {"text": "NEW sizes the persistent metadata differently against "
+                                      "reorder_batch_threshold, on the same path and kernel."},
+         "fullDescription": {"text": "Buffers sized below the longest query the scheduler can hand decode close the "
+                                     "persistent gate for longer steps (vLLM #51011)."},
+         "defaultConfiguration": {"level": "note"}},
+    ]
+    out = []
+    for region in d.regions:
+        rule = "new-route" if region.new_route_taken else "metadata-sizing"
+        level = "note" if rule == "metadata-sizing" else "error" if fail_on_new_routes else "warning"
+        out.append({
+            "ruleId": rule,
+            "ruleIndex": 0 if rule == "new-route" else 1,
+            "level": level,
+            "message": {"text": _region_text(d, region, shape_text)},
+            "locations": [revision_location(d.new.id)],
+            "partialFingerprints": {"mlaSpecDiff/v1": f"{d.old.id}|{d.new.id}|{d.registry}|{region.constraint}|"
+                                                      f"{region.old_route.text()}|{region.new_route.text()}"},
+            "properties": region.to_json(),
+        })
+    return _log(rules, out)
+
+
+def _region_text(d: Diff, region: Region, shape_text: ShapeText) -> str:
+    return (f"{d.old.id} -> {d.new.id} with {d.registry}: {region.shapes:,} shapes ({region.constraint}) move "
+            f"from {region.old_route.text()} to {region.new_route.text()}; smallest: {shape_text(region.example)}")
+
+
+def _invariant_rule(inv: Any) -> dict[str, Any]:
+    return {
+        "id": inv.id,
+        "name": "".join(part.capitalize() for part in inv.id.split("-")),
+        "shortDescription": {"text": inv.statement},
+        "fullDescription": {"text": inv.symptom},
+        "help": {"text": f"{inv.why} Source: {inv.source}"},
+        "defaultConfiguration": {"level": "error"},
+        "properties": {"pr_51011": inv.pr_51011},
+    }
+
+
+def revision_location(revision_id: str) -> dict[str, Any]:
+    """Where a revision's routing code lives, as a SARIF location."""
+    if revision_id in REVISIONS:
+        route = REVISIONS[revision_id].route
+        module = Path(inspect.getsourcefile(route)).resolve()
+        uri = module.relative_to(_ROOT).as_posix() if module.is_relative_to(_ROOT) else module.as_uri()
+        return _location(uri, inspect.getsourcelines(route)[1], base=module.is_relative_to(_ROOT))
+    if revision_id.startswith("vllm=="):
+        from spec.realcode.source import cache_dir
+
+        cached = cache_dir() / revision_id.split("==", 1)[1] / RELATIVE_PATH.name
+        return _location(RELATIVE_PATH.as_posix(), _line_of(cached, "def use_gluon_decode"), base=True)
+    path = Path(revision_id)
+    if path.is_absolute():
+        return _location(path.as_uri(), _line_of(path, "def use_gluon_decode"), base=False)
+    return _location(path.as_posix(), _line_of(path, "def use_gluon_decode"), base=True)
+
+
+def _line_of(path: Path, needle: str) -> int:
+    try:
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if needle in line:
+                return n
+    except OSError:
+        pass
+    return 1
+
+
+def _location(uri: str, line: int, base: bool) -> dict[str, Any]:
+    artifact = {"uri": uri, **({"uriBaseId": "%SRCROOT%"} if base else {})}
+    return {"physicalLocation": {"artifactLocation": artifact, "region": {"startLine": line}}}
+
+
+def _log(rules: list[dict[str, Any]], results: list[dict[str, Any]]) -> dict[str, Any]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        tool_version = version("mla-spec")
+    except PackageNotFoundError:
+        tool_version = "0.0.0"
+    return {
+        "$schema": SCHEMA,
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {"name": "mla-spec", "version": tool_version, "rules": rules}},
+            "results": results,
+        }],
+    }
