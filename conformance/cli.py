@@ -293,6 +293,8 @@ def explain_command(revision, registry, case_ref, cases_file, fmt, **fields) -> 
     revision, registry = revision or "vllm-0.28", registry or "aiter-0.1.20"
     if revision not in REVISIONS:
         raise BadInput(f"the case's revision {revision!r} is not one mla-spec knows")
+    if registry not in REGISTRY_IDS:
+        raise BadInput(f"the case's registry {registry!r} is not one mla-spec knows")
     out = explain(REVISIONS[revision], load_registry(registry), shape)
     if fmt == "json":
         click.echo(json.dumps(out, indent=2))

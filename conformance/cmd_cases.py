@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import click
 
 from conformance.case_modules import render_vllm_module, slug, write_suite
-from conformance.cli_common import BadInput, format_option
+from conformance.cli_common import EXIT_UNKNOWN, BadInput, format_option
 from mla_model.case import Case, write_cases
 from mla_model.registry import REGISTRY_IDS
 from mla_model.revisions import REVISIONS
@@ -46,11 +47,17 @@ def cases_command(revisions, registry, style, routes, out, fmt) -> None:
     if style == "suite" and out.exists() and not out.is_dir():
         raise BadInput(f"--out {out} is a file; the suite style writes a folder")
     jobs = [(rev, registry, routes) for rev in chosen]
-    if len(jobs) > 1:  # one process per revision: z3 is single-threaded
-        with ProcessPoolExecutor(max_workers=min(len(jobs), 4)) as pool:
-            results = list(pool.map(_generate, jobs))
-    else:
-        results = [_generate(jobs[0])]
+    from spec.cases import SolverGaveUp
+
+    try:
+        if len(jobs) > 1:  # one process per revision: z3 is single-threaded
+            with ProcessPoolExecutor(max_workers=min(len(jobs), 4)) as pool:
+                results = list(pool.map(_generate, jobs))
+        else:
+            results = [_generate(jobs[0])]
+    except SolverGaveUp as e:
+        click.echo(f"mla-spec: unknown: {e}; nothing written", err=True)
+        sys.exit(EXIT_UNKNOWN)
     written: list[dict] = []
     try:
         if style == "jsonl":

@@ -34,8 +34,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from conformance.backends import BACKENDS, DEVICE_LOST_EXIT, FAILURES, FAULT_BACKENDS, STATUSES, case_key
-from conformance.cli_common import EXIT_OK, EXIT_VIOLATED, BadInput, format_option
-from mla_model.case import read_cases
+from conformance.cli_common import EXIT_OK, EXIT_UNKNOWN, EXIT_VIOLATED, BadInput, format_option
+from mla_model.case import read_cases, stale_cases
 
 MAX_RESTARTS = 20
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -147,6 +147,10 @@ def conform_command(backend, cases_path, out, device, fault, kv_len, full_contex
         cases = read_cases(cases_path)
     except ValueError as e:
         raise BadInput(str(e)) from None
+    stale = stale_cases(cases)
+    if stale:
+        raise BadInput(f"{cases_path}: {len(stale)} case(s) no longer have their pinned route (first: {stale[0]}); "
+                       "regenerate them with mla-spec cases")
     if out is None:
         out = Path(tempfile.mkdtemp(prefix="mla-conform-")) / "results.jsonl"
     keys = {case_key(c) for c in cases}
@@ -182,7 +186,10 @@ def conform_command(backend, cases_path, out, device, fault, kv_len, full_contex
     missing = len(keys) - len(records)
     if missing:
         click.echo(f"mla-spec: {missing} case(s) have no result; rerun with --out {out} to resume", err=True)
-    sys.exit(EXIT_VIOLATED if any(r["status"] in FAILURES for r in records) or missing else EXIT_OK)
+    if any(r["status"] in FAILURES for r in records) or missing:
+        sys.exit(EXIT_VIOLATED)
+    # Every case skipped (a backend that cannot run here): nothing was compared, which is not a pass.
+    sys.exit(EXIT_UNKNOWN if records and all(r["status"] == "SKIP" for r in records) else EXIT_OK)
 
 
 if __name__ == "__main__":

@@ -75,7 +75,9 @@ def diff_command(old, new, registry, fail_on_new_routes, fmt) -> None:
         click.echo(json.dumps(diff_log(result, fail_on_new_routes, shape_summary), indent=2))
     else:
         _print_text(result, fail_on_new_routes, Console(highlight=False))
-    sys.exit(EXIT_VIOLATED if fail_on_new_routes and result.new_routes else EXIT_OK)
+    if fail_on_new_routes and result.new_routes:
+        sys.exit(EXIT_VIOLATED)
+    sys.exit(EXIT_OK if result.confirmed_by_z3 else EXIT_UNKNOWN)  # unconfirmed regions are never a pass
 
 
 def _print_text(result: "Diff", fail_on_new_routes: bool, console: Console) -> None:

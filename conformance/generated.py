@@ -8,23 +8,16 @@ which route fields moved, from what to what, for which shape.
 from __future__ import annotations
 
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
-from mla_model.case import Case, expected_route, read_cases
+from mla_model.case import Case, expected_route
 from mla_model.registry import load_registry
 from mla_model.revisions import get_revision
 from mla_model.revisions.base import Revision
 
-# The vLLM release each model revision is the gate code of (docs/fidelity.md proves them equivalent).
-RELEASE_OF_REVISION = {"vllm-0.27": "0.27.1", "vllm-0.28": "0.28.0", "vllm-0.34": "0.34.0"}
 # What get_mla_padded_q does to the query tensor is the model's in the real-code harness (it takes tensors;
 # docs/fidelity.md), so a real-code comparison leaves these two fields out.
 NOT_FROM_REAL_CODE = ("head_padding", "padded_q_heads")
-
-
-def load_cases(path: Path) -> list[Case]:
-    return read_cases(path)
 
 
 def route_differences(pinned: dict[str, Any], actual: dict[str, Any]) -> list[str]:

@@ -50,7 +50,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not _active(config):
         return
     from conformance.backends import BACKENDS, FAULT_BACKENDS
-    from mla_model.case import read_cases
+    from mla_model.case import read_cases, stale_cases
 
     backend, cases = config.getoption("--mla-backend"), config.getoption("--mla-cases")
     if not backend or not cases:
@@ -72,6 +72,10 @@ def pytest_configure(config: pytest.Config) -> None:
         parsed = read_cases(path)
     except ValueError as e:
         raise pytest.UsageError(f"--mla-cases {e}") from None
+    stale = stale_cases(parsed)
+    if stale:  # replaying a route the model no longer takes would pass or fail the wrong thing
+        raise pytest.UsageError(f"--mla-cases {cases}: {len(stale)} case(s) no longer have their pinned route "
+                                f"(first: {stale[0]}); regenerate them with mla-spec cases")
     kv_len = config.getoption("--mla-kv-len")
     if kv_len is not None and kv_len < 1:
         raise pytest.UsageError("--mla-kv-len must be at least 1")

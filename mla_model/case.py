@@ -80,6 +80,15 @@ def expected_route(revision: Revision, registry: Registry, shape: Shape) -> dict
     }
 
 
+def stale_cases(cases: Iterable[Case]) -> list[str]:
+    """Ids of the cases whose pinned route is no longer what their model revision gives them."""
+    from mla_model.registry import load_registry
+    from mla_model.revisions import get_revision
+
+    return [c.id for c in cases
+            if expected_route(get_revision(c.revision), load_registry(c.registry), c.shape) != c.expected_route]
+
+
 def case_id(shape: Shape) -> str:
     """A readable id that tells shapes apart: ``gfx950-fp8-h12-q5-dspark3-auto`` plus what is not default."""
     # k follows the method's name; after a name that ends in a digit (eagle3) a "k" keeps them apart.

@@ -42,9 +42,9 @@ from mla_model.decision import decide
 from mla_model.shape import FIELD_BY_NAME, FIELDS, GIB, Shape
 from spec.invariants import INVARIANTS
 from spec.prover import (
-    _MINIMISE, VIOLATED, Problem, ProverDisagreement, _z3, canonical_model, check, minimise_in_order, problem,
+    _MINIMISE, UNKNOWN, VIOLATED, Problem, ProverDisagreement, _z3, canonical_model, check, minimise_in_order, problem,
 )
-from spec.symbolic import box_constraints
+from spec.symbolic import SymbolicShape, box_constraints
 
 # The routing decisions whose conditions MC/DC covers, by Route field (vLLM's names in the comments).
 DECISIONS = (
@@ -60,6 +60,10 @@ PAIR_TIMEOUT_MS = 5_000
 MAX_CONTEXTS = 4  # MC/DC pairs per condition, each under another setting of the enum/flag conditions
 # The decisions whose pairs are sought in every context: AiterMLAHelper's predicates, where vLLM orders its checks.
 CONTEXT_DECISIONS = ("use_gluon_decode", "use_gluon_verify")
+
+
+class SolverGaveUp(RuntimeError):
+    """z3 answered unknown: the cases would depend on the machine's speed, so none are written."""
 
 
 @dataclass(frozen=True)
@@ -189,28 +193,21 @@ class _Pair:
     def _find(self, s: z3.Solver, constraints: Iterable[Any], moved: tuple[str, ...]) -> tuple[Shape, Shape] | None:
         s.add(*constraints)
         s.add(*[self.a[n] == self.b[n] for n in self.a if n not in moved])
-        if s.check() != z3.sat:
+        answer = s.check()
+        if answer == z3.unknown:
+            raise SolverGaveUp(f"z3 gave up on a pair ({s.reason_unknown()}): the cases would depend on "
+                                     "the machine's speed")
+        if answer == z3.unsat:
             return None
         ints = [n for n in moved if FIELD_BY_NAME[n].kind == "int"]
         distance = z3.Sum([z3.If(self.a[n] >= self.b[n], self.a[n] - self.b[n], self.b[n] - self.a[n])
                            for n in ints]) if ints else z3.IntVal(0)
         objectives = [(distance, 0)] + [(self.a[n], FIELD_BY_NAME[n].minimum) for n in _MINIMISE] + [
             (self.b[n], FIELD_BY_NAME[n].minimum) for n in _MINIMISE if n in moved]
-        if minimise_in_order(s, objectives) is None:
-            return None
-        model = canonical_model(s, self.a)
+        model = minimise_in_order(s, objectives) and canonical_model(s, self.a)
         if model is None:
-            return None
-        return self.p.symbolic.to_shape(model), self._shape_b(model)
-
-    def _shape_b(self, model: z3.ModelRef) -> Shape:
-        rename = {a: b for a, b in self._sub}
-        data = {}
-        for spec in FIELDS:
-            value = model.eval(rename[self.a[spec.name]], model_completion=True)
-            data[spec.name] = (spec.values[value.as_long()] if spec.kind == "enum" else z3.is_true(value)
-                               if spec.kind == "bool" else value.as_long())
-        return Shape(**data)
+            raise SolverGaveUp("z3 gave up minimising a pair: the cases would depend on the machine's speed")
+        return self.p.symbolic.to_shape(model), SymbolicShape(self.p.symbolic.view, self.b, []).to_shape(model)
 
 
 def _decision_terms(p: Problem) -> list[tuple[str, Any]]:
@@ -343,7 +340,10 @@ def route_witnesses(p: Problem, max_routes: int) -> Iterable[tuple[str, Shape]]:
     v = p.symbolic.variables
     largest = [(-v[n], -FIELD_BY_NAME[n].box[-1]) for n in ("num_heads", "max_qo_len", "num_reqs")]
     for _ in range(max_routes):
-        if s.check() != z3.sat:
+        answer = s.check()
+        if answer == z3.unknown:
+            raise SolverGaveUp(f"z3 gave up enumerating routes ({s.reason_unknown()})")
+        if answer == z3.unsat:
             return
         values = [s.model().eval(t, model_completion=True) for t in signature]
         same = z3.And(*[t == value for t, value in zip(signature, values)])
@@ -351,10 +351,10 @@ def route_witnesses(p: Problem, max_routes: int) -> Iterable[tuple[str, Shape]]:
                                   ("largest", largest)):
             s.push()
             s.add(same)
-            if s.check() == z3.sat and minimise_in_order(s, objectives) is not None:
-                model = canonical_model(s, v)
-                if model is not None:
-                    yield f"route coverage ({label})", p.symbolic.to_shape(model)
+            model = s.check() == z3.sat and minimise_in_order(s, objectives) and canonical_model(s, v)
+            if model is None or model is False:
+                raise SolverGaveUp("z3 gave up minimising a route's shape")
+            yield f"route coverage ({label})", p.symbolic.to_shape(model)
             s.pop()
         s.add(z3.Not(same))
 
@@ -384,6 +384,8 @@ def generate(revision: str, registry: str = "aiter-0.1.20", routes: int = 0) -> 
         if inv.id == "total":
             continue  # the conjunction of the others: its classes are theirs
         result = check(p.revision, p.registry, inv)  # every class: a cut-off set would depend on z3's order
+        if result.verdict == UNKNOWN or not result.complete:
+            raise SolverGaveUp(f"{p.revision.id}/{inv.id}: {result.reason}: the cases would be incomplete")
         if result.verdict == VIOLATED:
             found += [(f"invariant {inv.id}", c.shape) for c in result.counterexamples]
     for origin, *shapes in threshold_pairs(p):

@@ -186,8 +186,9 @@ def canonical_model(s: z3.Solver, variables: dict[str, Any]) -> z3.ModelRef | No
                                            spec.values.index(defaults[spec.name]) if spec.kind == "enum"
                                            else defaults[spec.name]) for spec in FIELDS]
     if s.check(*wanted_all) == z3.sat:  # the common case: every default fits, one call instead of fourteen
+        model = s.model()
         s.add(*wanted_all)
-        return s.model() if s.check() == z3.sat else None
+        return model
     for spec, wanted in zip(FIELDS, wanted_all):
         var = variables[spec.name]
         default = defaults[spec.name]

@@ -76,7 +76,7 @@ def load_kernel() -> Callable[..., Any]:
 @lru_cache(maxsize=None)
 def vllm_padding(revision: str) -> tuple[Any, str]:
     """The loaded gate code of the case's vLLM release (or None) and a label saying whose padding runs."""
-    from conformance.generated import RELEASE_OF_REVISION
+    from mla_model.revisions import RELEASE_OF_REVISION
     from spec.realcode.extract import extract
     from spec.realcode.sandbox import LoadedCode
     from spec.realcode.source import SourceError, cache_dir, resolve

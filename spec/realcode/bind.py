@@ -27,6 +27,7 @@ import z3
 
 from mla_model.decision import decide
 from mla_model.registry import load_registry
+from mla_model.revisions import RELEASE_OF_REVISION
 from mla_model.revisions import get_revision
 from mla_model.revisions.base import Revision
 from mla_model.shape import ARCHS, ASM_PADDING_MODES, DCP_WORLD_SIZES, GIB, KV_CACHE_DTYPES, Shape
@@ -36,7 +37,7 @@ from spec.realcode.source import resolve
 from spec.realcode.symexec import LiftingUnsupported
 
 # Release -> the model revision that claims to describe it.
-MODEL_OF_RELEASE = {"0.27": "vllm-0.27", "0.28": "vllm-0.28", "0.34": "vllm-0.34"}
+MODEL_OF_RELEASE = {release.rsplit(".", 1)[0]: model for model, release in RELEASE_OF_REVISION.items()}
 ROUTE_FIELDS = ("path", "use_gluon_decode", "use_gluon_verify", "use_persistent_metadata",
                 "wants_persistent_metadata", "mtp_decode_qlen", "decode_heads")
 BOX_HEADS = range(1, 257)

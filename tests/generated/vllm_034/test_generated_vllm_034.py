@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from conformance.generated import assert_model_route, assert_real_route, load_cases, real_scope_rejects
+from conformance.generated import assert_model_route, assert_real_route, real_scope_rejects
+from mla_model.case import read_cases
 
-CASES = load_cases(Path(__file__).with_name("cases.jsonl"))
+CASES = read_cases(Path(__file__).with_name("cases.jsonl"))
 IDS = [c.id for c in CASES]
 RELEASE = "0.34.0"
 
