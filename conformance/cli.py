@@ -313,8 +313,12 @@ def _print_explanation(out: dict, shape: Shape, revision: str, registry: str, co
         console.print(f"  {gate} = [bold]{d['value']}[/]  [dim]<-[/] {conditions}", soft_wrap=True)
     r, k = out["route"], out["kernel"]
     console.print(f"  _mtp_decode_qlen = {r['mtp_decode_qlen']}")
-    console.print(f"  route: [cyan]{r['path']}[/], {r['decode_heads']} heads -> {r['request']['padded_heads']} "
-                  f"({r['head_padding']}), qlen {r['request']['kernel_qlen']}")
+    if r["path"].startswith("asm"):
+        padded = f"{r['padded_q_heads']} by {r['head_padding']}" if r["head_padding"] != "none" else "no padding"
+        console.print(f"  route: [cyan]{r['path']}[/], {r['decode_heads']} heads ({padded}; the kernel is asked for "
+                      f"{r['request']['padded_heads']}), qlen {r['request']['kernel_qlen']}")
+    else:
+        console.print(f"  route: [cyan]{r['path']}[/], {r['decode_heads']} heads, qlen {r['request']['kernel_qlen']}")
     if r["path"].startswith("asm"):
         key = " ".join(f"{a}:{b}" for a, b in k["key"].items())
         console.print(f"  AITER: persistent={k['persistent_after_aiter']}  key {key}  -> "
