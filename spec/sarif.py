@@ -44,6 +44,22 @@ _ROOT = Path(__file__).resolve().parent.parent  # the directory holding mla_mode
 
 ShapeText = Callable[[Shape], str]
 
+# Where in rocm_aiter_mla.py each invariant's fault lives: the first line holding the anchor
+# (``def use_gluon_decode`` when the anchor is missing from that release).
+ANCHOR_OF_INVARIANT = {
+    "fp8-never-reaches-gluon": "def use_gluon_decode",
+    "gluon-only-where-built": "def _gluon_mla_decode_supported",
+    "gluon-fp8-batch-one": "def use_gluon_decode",
+    "decode-verify-disjoint": "def use_gluon_verify",
+    "metadata-covers-qlen": "self._mtp_decode_qlen =",
+    "block-n-key-exists": "self._mtp_decode_qlen =",
+    "builder-impl-agree": "def _build_decode",
+    "kernel-exists": "def _build_decode",
+    "head-padding-round-trips": "def get_mla_padded_q",
+    "total": "def forward_mqa",
+}
+DEFAULT_ANCHOR = "def use_gluon_decode"
+
 
 def check_log(results: list[CheckResult], shape_text: ShapeText) -> dict[str, Any]:
     """The SARIF log of a check: violations as errors, unknown verdicts as warnings."""
@@ -68,7 +84,7 @@ def check_log(results: list[CheckResult], shape_text: ShapeText) -> dict[str, An
             "ruleIndex": checked.index(r.invariant),
             "level": "error" if r.verdict == VIOLATED else "warning",
             "message": {"text": text},
-            "locations": [revision_location(r.revision)],
+            "locations": [revision_location(r.revision, ANCHOR_OF_INVARIANT.get(r.invariant, DEFAULT_ANCHOR))],
             "partialFingerprints": {"mlaSpecCheck/v1": f"{r.revision}|{r.registry}|{r.invariant}"},
             "properties": r.to_json(),
         })
@@ -124,8 +140,8 @@ def _invariant_rule(inv: Any) -> dict[str, Any]:
     }
 
 
-def revision_location(revision_id: str) -> dict[str, Any]:
-    """Where a revision's routing code lives, as a SARIF location."""
+def revision_location(revision_id: str, anchor: str = DEFAULT_ANCHOR) -> dict[str, Any]:
+    """Where a revision's routing code lives, as a SARIF location: for real code, the line of ``anchor``."""
     if revision_id in REVISIONS:
         route = REVISIONS[revision_id].route
         module = Path(inspect.getsourcefile(route)).resolve()
@@ -135,20 +151,22 @@ def revision_location(revision_id: str) -> dict[str, Any]:
         from spec.realcode.source import cache_dir
 
         cached = cache_dir() / revision_id.split("==", 1)[1] / RELATIVE_PATH.name
-        return _location(RELATIVE_PATH.as_posix(), _line_of(cached, "def use_gluon_decode"), base=True)
+        return _location(RELATIVE_PATH.as_posix(), _line_of(cached, anchor), base=True)
     path = Path(revision_id)
     if path.is_absolute():
-        return _location(path.as_uri(), _line_of(path, "def use_gluon_decode"), base=False)
-    return _location(path.as_posix(), _line_of(path, "def use_gluon_decode"), base=True)
+        return _location(path.as_uri(), _line_of(path, anchor), base=False)
+    return _location(path.as_posix(), _line_of(path, anchor), base=True)
 
 
-def _line_of(path: Path, needle: str) -> int:
+def _line_of(path: Path, anchor: str) -> int:
     try:
-        for n, line in enumerate(path.read_text().splitlines(), 1):
+        lines = path.read_text().splitlines()
+    except OSError:
+        return 1
+    for needle in (anchor, DEFAULT_ANCHOR):
+        for n, line in enumerate(lines, 1):
             if needle in line:
                 return n
-    except OSError:
-        pass
     return 1
 
 

@@ -19,7 +19,7 @@ from conformance.cmd_diff import diff_command
 from mla_model.revisions import REVISIONS
 from mla_model.shape import Shape
 from spec.invariants import INVARIANT_BY_ID
-from spec.sarif import revision_location
+from spec.sarif import ANCHOR_OF_INVARIANT, revision_location
 
 MINI = Path(__file__).parent / "data" / "mini_rocm_aiter_mla.py"
 
@@ -102,3 +102,11 @@ def test_a_real_file_is_located_at_its_use_gluon_decode():
     assert physical["artifactLocation"]["uri"] == MINI.resolve().as_uri()
     line = next(n for n, text in enumerate(MINI.read_text().splitlines(), 1) if "def use_gluon_decode" in text)
     assert physical["region"]["startLine"] == line
+
+
+def test_a_real_file_is_located_where_each_invariant_breaks():
+    text = MINI.read_text().splitlines()
+    sizing = revision_location(str(MINI), ANCHOR_OF_INVARIANT["metadata-covers-qlen"])["physicalLocation"]
+    assert "self._mtp_decode_qlen =" in text[sizing["region"]["startLine"] - 1]
+    missing = revision_location(str(MINI), "def no_such_function")["physicalLocation"]
+    assert "def use_gluon_decode" in text[missing["region"]["startLine"] - 1]  # the fallback anchor
