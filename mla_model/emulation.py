@@ -247,9 +247,10 @@ def _dequantised(x: torch.Tensor, scale: float) -> torch.Tensor:
 
 
 def _gluon_refusal(decision: Decision) -> str | None:
+    """The first refusal on the Gluon path, in the order spec.view.failure_kind names it (build, then arch)."""
     g = decision.gluon
-    for ok, why in ((g.arch_ok, "mla_gluon asserts gfx950 (CDNA4)"),
-                    (g.built, "no Gluon build on this machine"),
+    for ok, why in ((g.built, "no Gluon build on this machine"),
+                    (g.arch_ok, "mla_gluon asserts gfx950 (CDNA4)"),
                     (g.heads_ok, "mla_gluon asserts its nhead bound"),
                     (g.dtype_ok, "mla_gluon asserts a bf16 query and bf16 or fp8-e4m3fn KV"),
                     (g.batch_ok, "mla_gluon's fp8 regime asserts batch_size == 1")):
