@@ -169,9 +169,15 @@ def _ask(predicate, **kwargs):
     return fn(**{{k: v for k, v in kwargs.items() if k in params}})
 
 
-def _gates(monkeypatch, gluon_available, mode, **query):
+def _gates(monkeypatch, gluon_available, mode, num_heads, max_qo_len, kv_cache_dtype, kv_cache_bytes):
     """(use_gluon_decode, use_gluon_verify) for one step with arch and mode pinned; verify None if inline."""
     _pin(monkeypatch, gluon_available, mode)
+    query = dict(
+        num_heads=num_heads,
+        max_qo_len=max_qo_len,
+        kv_cache_dtype=kv_cache_dtype,
+        kv_cache_bytes=kv_cache_bytes,
+    )
     return _ask("use_gluon_decode", **query), _ask("use_gluon_verify", **query)
 
 
@@ -180,13 +186,7 @@ def test_fp8_never_routes_to_gluon(
     monkeypatch, gluon_available, mode, num_heads, max_qo_len, kv_cache_dtype, kv_cache_bytes
 ):
     decode, verify = _gates(
-        monkeypatch,
-        gluon_available,
-        mode,
-        num_heads=num_heads,
-        max_qo_len=max_qo_len,
-        kv_cache_dtype=kv_cache_dtype,
-        kv_cache_bytes=kv_cache_bytes,
+        monkeypatch, gluon_available, mode, num_heads, max_qo_len, kv_cache_dtype, kv_cache_bytes
     )
     assert not decode
     assert not verify
@@ -197,13 +197,7 @@ def test_gates_route_as_specified(
     monkeypatch, gluon_available, mode, num_heads, max_qo_len, kv_cache_dtype, kv_cache_bytes, decode, verify
 ):
     got_decode, got_verify = _gates(
-        monkeypatch,
-        gluon_available,
-        mode,
-        num_heads=num_heads,
-        max_qo_len=max_qo_len,
-        kv_cache_dtype=kv_cache_dtype,
-        kv_cache_bytes=kv_cache_bytes,
+        monkeypatch, gluon_available, mode, num_heads, max_qo_len, kv_cache_dtype, kv_cache_bytes
     )
     assert got_decode == decode
     assert not (got_decode and got_verify)  # decode and verify are disjoint

@@ -41,3 +41,24 @@ def decide(revision: Revision, registry: Registry, s: Any) -> Decision:
             route.gluon_batch_is_one,
         ),
     )
+
+
+def asm_key(d: Decision) -> str:
+    """AITER's lookup key for the request, as asm_mla.cu prints it."""
+    a, r = d.asm, d.route.request
+    return (
+        f"q_type:{r.q_dtype} kv_type:{r.kv_dtype} gqa:{int(a.gqa)} ps:{int(bool(a.ps))} "
+        f"qseqlen:{int(a.qseqlen)} causal:{int(bool(a.causal))} on {d.shape.arch}"
+    )
+
+
+def asm_failure(d: Decision) -> str:
+    """What AITER raises for the ASM request, in its own words; empty when a kernel runs it."""
+    a, r = d.asm, d.route.request
+    if a.fold_error:
+        return f"AssertionError: nhead={r.padded_heads} and max_seqlen_q={r.kernel_qlen} not supported (persistent head fold)"
+    if a.check_error:
+        return f"AITER_CHECK failed in asm_mla.cu normalisation for gqa {r.padded_heads}, qlen {r.kernel_qlen} ({asm_key(d)})"
+    if not a.row_found:
+        return f"cannot get heuristic kernel! {asm_key(d)}"
+    return ""

@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from mla_model.decision import Decision
+from mla_model.decision import Decision, asm_failure
 from mla_model.reference import HEAD_DIM, V_HEAD_DIM, DecodeInputs, PagedKV, row_kv_lens
 from mla_model.registry import Registry
 from mla_model.route import ASM_PATHS, GLUON_PATHS
@@ -260,16 +260,9 @@ def _gluon_refusal(decision: Decision) -> str | None:
 
 
 def _asm_refusal(decision: Decision, registry: Registry) -> str | None:
-    a, req = decision.asm, decision.route.request
-    key = (f"q {req.q_dtype} kv {req.kv_dtype} gqa {int(a.gqa)} ps {int(bool(a.ps))} qseqlen {int(a.qseqlen)} "
-           f"causal {int(bool(a.causal))}")
-    if a.fold_error:
-        return f"AITER {registry.aiter_version} mla_decode_fwd asserts nhead={int(req.padded_heads)} is not supported"
-    if a.check_error:
-        return f"AITER {registry.aiter_version} asm_mla.cu AITER_CHECK rejects {key}"
-    if not a.row_found:
-        return f"AITER {registry.aiter_version} asm_mla.cu: cannot get heuristic kernel ({decision.shape.arch} {key})"
-    return None
+    """AITER's refusal of the ASM request, worded as AITER words it (the message check and explain show)."""
+    why = asm_failure(decision)
+    return f"AITER {registry.aiter_version}: {why}" if why else None
 
 
 def emulate(decision: Decision, registry: Registry, inputs: DecodeInputs, fault: str | None = None

@@ -44,7 +44,7 @@ from spec.invariants import INVARIANTS
 from spec.prover import (
     _MINIMISE, UNKNOWN, VIOLATED, Problem, ProverDisagreement, _z3, canonical_model, check, minimise_in_order, problem,
 )
-from spec.symbolic import SymbolicShape, box_constraints
+from spec.symbolic import SymbolicShape, box_constraints, shape_pins
 
 # The routing decisions whose conditions MC/DC covers, by Route field (vLLM's names in the comments).
 DECISIONS = (
@@ -266,11 +266,7 @@ def mcdc_pairs(p: Problem) -> Iterable[tuple[str, Shape, Shape]]:
 
 def term_value(term: Any, shape: Shape, p: Problem) -> Any:
     """A z3 term's value on a concrete shape."""
-    pins = []
-    for spec in FIELDS:
-        var, value = p.symbolic.variables[spec.name], getattr(shape, spec.name)
-        pins.append((var, z3.IntVal(spec.values.index(value)) if spec.kind == "enum" else
-                     z3.BoolVal(value) if spec.kind == "bool" else z3.IntVal(value)))
+    pins = [(var, value) for _, var, value in shape_pins(p.symbolic.variables, shape)]
     return z3.simplify(z3.substitute(term, *pins))
 
 

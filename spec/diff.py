@@ -84,7 +84,7 @@ from mla_model.shape import ARCHS, FIELD_BY_NAME, FIELDS, Q_DTYPES, Shape
 from spec.grid import (
     Grid, build_grid, compiled, count_valid, decode_value, default_codes, relevant_rule, value_classes,
 )
-from spec.prover import Problem, _z3, problem
+from spec.prover import SMALLEST_FIRST, Problem, _z3, problem
 from spec.regions import Box, summarise
 from spec.symbolic import box_constraints
 
@@ -96,8 +96,6 @@ _NOT_ASM, _UNCHANGED = -1, -2  # kernel codes: off the ASM paths; the same kerne
 # _mtp_decode_qlen against reorder_batch_threshold, on asm_persistent (None elsewhere).
 SIZINGS = (None, "below", "at", "above")
 _SIZING_TEXT = {"below": "< rbt", "at": "= rbt", "above": "> rbt"}
-# The smallest shape of a region: least heads, then qlen, then k, as the prover minimises.
-_SMALLEST_FIRST = ("num_heads", "max_qo_len", "num_spec_tokens", "num_reqs", "dcp_world_size")
 
 
 class DiffDisagreement(AssertionError):
@@ -382,8 +380,8 @@ def _region(box: Box, grid: Grid, labels: np.ndarray, change: tuple[RouteKey, Ro
     for c, r in zip(grid.components, rows):
         cols = {f: c.rows[f][r] for f in c.fields}
         # np.lexsort: the last key is the primary one; the other fields prefer their Shape default.
-        order = [cols[f] != default_codes(f, cols) for f in reversed(c.fields) if f not in _SMALLEST_FIRST]
-        order += [cols[f] for f in reversed(_SMALLEST_FIRST) if f in cols]
+        order = [cols[f] != default_codes(f, cols) for f in reversed(c.fields) if f not in SMALLEST_FIRST]
+        order += [cols[f] for f in reversed(SMALLEST_FIRST) if f in cols]
         best = r[np.lexsort(order)[0]]
         example.update({f: decode_value(f, v[best]) for f, v in {**c.rows, **c.rest}.items()})
     return Region(box.constraint, box.where, change[0], change[1], shapes, Shape(**example))

@@ -24,6 +24,7 @@ from mla_model.shape import FIELDS, Q_DTYPES, Shape
 from spec.invariants import INVARIANTS
 from spec.cases import atoms_of, describe_atom, fields_of, is_membership, term_value
 from spec.prover import _z3, problem
+from spec.symbolic import shape_pins
 from spec.symptoms import describe_violation
 
 
@@ -36,11 +37,8 @@ def why_not_persistent(revision: Revision, registry: Registry, shape: Shape) -> 
     p = problem(revision, registry)
     s = z3.Solver()
     s.add(*p.symbolic.domain, _z3(p.decision.route.use_persistent_metadata))
-    for spec in FIELDS:
-        var, value = p.symbolic.variables[spec.name], getattr(shape, spec.name)
-        literal = var == spec.values.index(value) if spec.kind == "enum" else (
-            var == z3.BoolVal(value) if spec.kind == "bool" else var == value)
-        s.assert_and_track(literal, f"{spec.name}={value}")
+    for name, var, value in shape_pins(p.symbolic.variables, shape):
+        s.assert_and_track(var == value, f"{name}={getattr(shape, name)}")
     if s.check() != z3.unsat:
         return []
     return sorted(str(c) for c in s.unsat_core())

@@ -45,15 +45,13 @@ from mla_model.shape import FIELD_BY_NAME, Q_DTYPES, Shape
 from spec import pr_grid
 from spec.cases import generate
 from spec.mutants import CATALOGUE, Mutant, load
-from spec.prover import ProverDisagreement, canonical_model, minimise_in_order, problem
+from spec.prover import SMALLEST_FIRST, ProverDisagreement, canonical_model, minimise_in_order, problem
 
 REVISION_ID = "vllm-0.28"
 REGISTRY_ID = "aiter-0.1.20"
 DEFAULT_TIMEOUT_MS = 20_000
 UNKNOWN = "unknown"
 NO_KERNEL = "<none>"
-# Witnesses are minimised in this order: the smallest shape a maintainer can read.
-_MINIMISE = ("num_heads", "max_qo_len", "num_spec_tokens", "num_reqs", "dcp_world_size")
 
 
 @dataclass(frozen=True)
@@ -187,7 +185,7 @@ def equivalence(mutant: Revision, original: Revision, registry: Registry,
         return UNKNOWN, None
     v = p.symbolic.variables
     first = s.model()
-    minimised = minimise_in_order(s, [(v[n], FIELD_BY_NAME[n].minimum) for n in _MINIMISE]) is not None
+    minimised = minimise_in_order(s, [(v[n], FIELD_BY_NAME[n].minimum) for n in SMALLEST_FIRST]) is not None
     model = canonical_model(s, v) if minimised else None
     witness = p.symbolic.to_shape(first if model is None else model)  # a timed-out minimisation keeps the first
     if not original.is_valid(witness, registry) or (

@@ -64,6 +64,16 @@ class FieldTracer:
         return value
 
 
+def shape_pins(variables: dict[str, Any], shape: Shape) -> list[tuple[str, Any, Any]]:
+    """(field, z3 variable, z3 value) for each field of a concrete shape."""
+    out = []
+    for spec in FIELDS:
+        value = getattr(shape, spec.name)
+        out.append((spec.name, variables[spec.name], z3.IntVal(spec.values.index(value)) if spec.kind == "enum"
+                    else z3.BoolVal(value) if spec.kind == "bool" else z3.IntVal(value)))
+    return out
+
+
 def box_constraints(variables: dict[str, Any]) -> list[Any]:
     """Each field within the brute-force box (``FieldSpec.box``), as z3 constraints."""
     out = []

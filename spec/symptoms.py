@@ -2,30 +2,10 @@
 
 from __future__ import annotations
 
-from mla_model.decision import Decision
+from mla_model.decision import Decision, asm_failure
 from mla_model.derived import is_quantized_kv_cache
 from mla_model.registry import Registry
 from spec.invariants import Invariant
-
-
-def asm_key(d: Decision) -> str:
-    """AITER's lookup key for the request, as asm_mla.cu prints it."""
-    a, r = d.asm, d.route.request
-    return (
-        f"q_type:{r.q_dtype} kv_type:{r.kv_dtype} gqa:{int(a.gqa)} ps:{int(bool(a.ps))} "
-        f"qseqlen:{int(a.qseqlen)} causal:{int(bool(a.causal))} on {d.shape.arch}"
-    )
-
-
-def asm_failure(d: Decision) -> str:
-    a, r = d.asm, d.route.request
-    if a.fold_error:
-        return f"AssertionError: nhead={r.padded_heads} and max_seqlen_q={r.kernel_qlen} not supported (persistent head fold)"
-    if a.check_error:
-        return f"AITER_CHECK failed in asm_mla.cu normalisation for gqa {r.padded_heads}, qlen {r.kernel_qlen} ({asm_key(d)})"
-    if not a.row_found:
-        return f"cannot get heuristic kernel! {asm_key(d)}"
-    return ""
 
 
 def gluon_failure(d: Decision) -> str:
