@@ -150,7 +150,7 @@ def revision_location(revision_id: str, anchor: str = DEFAULT_ANCHOR) -> dict[st
     if revision_id.startswith("vllm=="):
         from spec.realcode.source import cache_dir
 
-        cached = cache_dir() / revision_id.split("==", 1)[1] / RELATIVE_PATH.name
+        cached = cache_dir() / revision_id.split("==", 1)[1] / "tree" / RELATIVE_PATH
         return _location(RELATIVE_PATH.as_posix(), _line_of(cached, anchor), base=True)
     path = Path(revision_id)
     if path.is_absolute():

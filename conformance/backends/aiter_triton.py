@@ -79,12 +79,12 @@ def vllm_padding(revision: str) -> tuple[Any, str]:
     from mla_model.revisions import RELEASE_OF_REVISION
     from spec.realcode.extract import extract
     from spec.realcode.sandbox import LoadedCode
-    from spec.realcode.source import SourceError, cache_dir, resolve
+    from spec.realcode.source import RELATIVE_PATH, SourceError, cache_dir, resolve
 
     release = RELEASE_OF_REVISION.get(revision)
     if release is None:
         return None, f"model (no vLLM release is the gate code of {revision})"
-    if not (cache_dir() / release / "rocm_aiter_mla.py").is_file():
+    if not (cache_dir() / release / "tree" / RELATIVE_PATH).is_file():
         return None, f"model (vLLM {release}'s rocm_aiter_mla.py is not in {cache_dir()})"
     try:
         return LoadedCode(extract(resolve(release))), f"vLLM {release} AiterMLAHelper"

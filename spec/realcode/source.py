@@ -44,11 +44,17 @@ def is_release(spec: str) -> bool:
     return bool(_VERSION.match(spec)) and not Path(spec).exists()
 
 
-def fetch_release(version: str) -> Path:
-    """The release's rocm_aiter_mla.py, from the cache or downloaded once with pip."""
-    target = cache_dir() / version / "rocm_aiter_mla.py"
-    if target.is_file():
-        return target
+# What the cache keeps of a release's sdist: the Python tree (the harness reads
+# real helper code beyond rocm_aiter_mla.py from it), the shipped attention
+# tests (``mla-spec vllm-tests``), and the files that pin AITER.
+_KEPT = ("vllm/**/*.py", "tests/v1/attention/**/*", "requirements/**/*", "docker/**/*", "PKG-INFO")
+
+
+def release_tree(version: str) -> Path:
+    """The cached tree of release ``version`` (downloaded once with pip; see the module docstring)."""
+    root = cache_dir() / version / "tree"
+    if (root / RELATIVE_PATH).is_file():
+        return root
     with tempfile.TemporaryDirectory(prefix="mla-spec-pip-") as tmp:
         env = dict(os.environ, TMPDIR=tmp, PIP_DISABLE_PIP_VERSION_CHECK="1")
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
@@ -60,9 +66,38 @@ def fetch_release(version: str) -> Path:
                 raise SourceError(f"vLLM release {version} does not exist on PyPI")
             last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
             raise SourceError(f"could not fetch vLLM {version} from PyPI: {last}")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(found[0], target)
-    return target
+        copy_tree(found[0].parents[len(RELATIVE_PATH.parts) - 1], root)
+    return root
+
+
+def copy_tree(unpacked: Path, root: Path) -> None:
+    """Copy the kept parts of an unpacked sdist to ``root`` (atomically: a partial copy is never seen)."""
+    staging = root.with_name(root.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    for pattern in _KEPT:
+        for f in unpacked.glob(pattern):
+            if f.is_file():
+                target = staging / f.relative_to(unpacked)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(f, target)
+    shutil.rmtree(root, ignore_errors=True)
+    staging.rename(root)
+
+
+def fetch_release(version: str) -> Path:
+    """The release's rocm_aiter_mla.py, from the cached release tree."""
+    return release_tree(version) / RELATIVE_PATH
+
+
+def tree_of(path: Path) -> Path | None:
+    """The vLLM tree a rocm_aiter_mla.py sits in (the folder holding ``vllm/``), if it sits in one."""
+    parts = len(RELATIVE_PATH.parts)
+    p = path.resolve()
+    if len(p.parents) >= parts and p.parts[-parts:] == RELATIVE_PATH.parts:
+        root = p.parents[parts - 1]
+        if (root / "vllm" / "v1" / "attention" / "backend.py").is_file():
+            return root
+    return None
 
 
 def resolve(spec: str) -> Source:

@@ -1,0 +1,227 @@
+"""The harness child: import a release's rocm_aiter_mla.py over the stubs and run one decode step per shape.
+
+Run as ``python -m spec.realcode.executed.child`` in a scratch working
+directory (:mod:`spec.realcode.executed.harness` does this).  It reads one
+JSON request on stdin, ``{"file", "tree", "registry", "shapes": [...],
+"options": {...}}``, and writes one JSON line per shape on stdout, then a
+final ``{"done": true}`` line.  A harness fault (a name the stubs lack, a
+release that will not import) is one ``{"fatal": "..."}`` line and exit 2.
+
+``vllm`` and ``aiter`` resolve only to the stubs: :class:`StubsOnly` sits
+first on ``sys.meta_path`` and answers every ``vllm.*``/``aiter.*`` import
+from the stubs folder or refuses it by name, so an installed vLLM or AITER is
+never reached.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import json
+import math
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+STUBS = Path(__file__).resolve().parent / "stubs"
+STUBBED_ROOTS = ("vllm", "aiter", "mla_spec_stub")
+MODULE = "vllm.v1.attention.backends.mla.rocm_aiter_mla"
+LAYER = "model.layers.0.self_attn.attn"
+KV_LORA_RANK, ROPE_DIM, NOPE_DIM = 512, 64, 128
+
+
+class StubsOnly(importlib.abc.MetaPathFinder):
+    """Resolve ``vllm``/``aiter`` from the stubs folder only; refuse what is not there, by name."""
+
+    def __init__(self, release_file: Path) -> None:
+        self.release_file = release_file
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        root = fullname.split(".")[0]
+        if root not in STUBBED_ROOTS:
+            return None
+        if fullname == MODULE:
+            return importlib.util.spec_from_file_location(fullname, self.release_file)
+        parts = fullname.split(".")
+        folder = STUBS.joinpath(*parts[:-1])
+        spec = importlib.machinery.PathFinder.find_spec(fullname, [str(folder)])
+        if spec is None:
+            raise ModuleNotFoundError(f"the release imports {fullname}, which the harness does not stub",
+                                      name=fullname)
+        return spec
+
+
+def install(release_file: Path, tree: Path | None) -> Any:
+    """Put the guard in place, point the stubs at the release tree, and import the release module."""
+    for name in [n for n in sys.modules if n.split(".")[0] in ("vllm", "aiter")]:
+        del sys.modules[name]
+    sys.meta_path.insert(0, StubsOnly(release_file))
+    import mla_spec_stub
+
+    mla_spec_stub.STATE.tree = tree
+    return importlib.import_module(MODULE)
+
+
+def _clear_caches(module: Any) -> None:
+    """Every lru_cache in the release module (arch and build probes), and the Gluon import, per shape."""
+    for value in list(vars(module).values()):
+        targets = [value]
+        if isinstance(value, type):
+            targets = [getattr(value, n, None) for n in vars(value)]
+        for t in targets:
+            if hasattr(t, "cache_clear"):
+                t.cache_clear()
+    for name in [n for n in sys.modules if n.startswith("aiter.ops.triton.gluon")]:
+        if name != "aiter.ops.triton.gluon":
+            del sys.modules[name]
+
+
+def _error_where(tb: Any, release_file: Path) -> str:
+    frames = [f for f in traceback.extract_tb(tb) if Path(f.filename).resolve() == release_file]
+    return f"{frames[-1].name}:{frames[-1].lineno}" if frames else ""
+
+
+def stub_fault(e: BaseException) -> bool:
+    """A name the stubs lack (raised directly, or as ``from stub import name``): the harness's fault."""
+    import mla_spec_stub
+
+    if isinstance(e, mla_spec_stub.StubMissing) or "harness does not stub" in str(e):
+        return True
+    return isinstance(e, ImportError) and (e.name or "").split(".")[0] in STUBBED_ROOTS and \
+        "cannot import name" in str(e)
+
+
+def head_map(original: Any, padded: Any) -> list[int]:
+    """For each head the kernel sees, the index of the query head it is a copy of (-1: none)."""
+    import torch
+
+    o = original.float().reshape(original.shape[0], original.shape[1], -1)
+    p = padded.float().reshape(padded.shape[0], padded.shape[1], -1)
+    out = []
+    for j in range(p.shape[1]):
+        match = [i for i in range(o.shape[1]) if torch.equal(o[:, i], p[:, j])]
+        out.append(match[0] if match else -1)
+    return out
+
+
+class Step:
+    """One decode step of the release for one Shape: builder, build, forward_mqa."""
+
+    def __init__(self, module: Any, release_file: Path, options: dict[str, Any]) -> None:
+        self.module = module
+        self.release_file = release_file
+        self.options = options
+        # A replay module (options["replay"], e.g. the conformance backend's) supplies the kernel that
+        # fills each recorded call's output, kernel(entry, call), and judges the step's output,
+        # verdict(shape, batch, output, row, options) -> dict.  Without one, calls are only recorded.
+        name = options.get("replay")
+        self.replay = importlib.import_module(name) if name else None
+
+    def run(self, shape: Any, registry: Any, seed: int) -> dict[str, Any]:
+        import mla_spec_stub
+        import torch
+
+        from spec.realcode.executed import configs
+
+        st = mla_spec_stub.STATE
+        st.arch, st.asm_padding_mode, st.gluon_build = shape.arch, shape.asm_padding_mode, shape.gluon_build
+        st.registry, st.calls, st.events = registry, [], []
+        st.kernel = self.replay.kernel if self.replay else None
+        _clear_caches(self.module)
+        out: dict[str, Any] = {"shape": shape.to_json(), "stage": "init"}
+        device = torch.device(self.options.get("device", "cpu"))
+        try:
+            vllm_config, kv_spec = configs.vllm_config(shape, self.options)
+            builder = self.module.AiterMLAMetadataBuilder(kv_spec, [LAYER], vllm_config, device)
+            out["threshold"] = builder.reorder_batch_threshold
+            out["mtp_decode_qlen"] = getattr(builder, "_mtp_decode_qlen", None)
+            out["sizing"] = next((e["sizing"] for e in st.events if "sizing" in e), None)
+            helper = self.module.AiterMLAHelper
+            out["valid_heads"] = bool(helper.is_valid_num_heads(shape.num_heads))
+            out["admitted"] = 1 <= shape.max_qo_len <= (builder.reorder_batch_threshold or 1)
+            if not (out["valid_heads"] and out["admitted"]):
+                out["stage"] = "refused"
+                return out
+            out["stage"] = "build"
+            gen = torch.Generator().manual_seed(seed)
+            batch = configs.batch(shape, self.options, gen, device)
+            out["_batch"] = batch
+            metadata = builder.build(0, batch.common)
+            decode = metadata.decode
+            out["decode"] = {"max_qo_len": int(decode.max_qo_len), "use_gluon_decode": bool(decode.use_gluon_decode),
+                             "has_persistent_metadata": bool(getattr(decode, "has_persistent_metadata", False))}
+            out["metadata"] = next((e["metadata"] for e in st.events if "metadata" in e), None)
+            out["stage"] = "forward"
+            impl = self.module.AiterMLAImpl(**configs.impl_args(shape))
+            layer = configs.layer(shape, self.options, device)
+            q = batch.q
+            result = impl.forward_mqa(q, batch.kv_cache, metadata, layer)
+            out["stage"] = "done"
+            out["outcome"] = "ran"
+            o = result[0] if isinstance(result, tuple) else result
+            out["output_shape"] = list(o.shape)
+            if self.replay:
+                out["verdict"] = self.replay.verdict(shape, batch, o, out, self.options)
+        except Exception as e:  # noqa: BLE001  (classified below; stub faults re-raised)
+            if stub_fault(e):
+                raise
+            raised = next((c["raised"] for c in st.calls if "raised" in c), None)
+            out["outcome"] = f"aiter:{raised}" if raised else "vllm_raises"
+            out["error"] = f"{type(e).__name__}: {e}"[:300]
+            out["where"] = _error_where(e.__traceback__, self.release_file)
+        finally:
+            out["calls"] = [self._call_json(c, out) for c in st.calls]
+            out["log"] = [e for e in st.events if "log" in e]
+        return out
+
+    @staticmethod
+    def _call_json(call: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:
+        plain = {k: v for k, v in call.items() if k != "tensors"}
+        tensors = call.get("tensors") or {}
+        batch = out.get("_batch")
+        q = tensors.get("q", tensors.get("q_nope"))
+        if batch is not None and q is not None and q.dim() == 3 and q.shape[0] == batch.q.shape[0]:
+            plain["head_map"] = head_map(batch.q[..., : q.shape[-1]], q)
+        return plain
+
+
+def main() -> None:
+    request = json.loads(sys.stdin.read())
+    release_file = Path(request["file"]).resolve()
+    tree = Path(request["tree"]) if request.get("tree") else None
+    sys.path.insert(0, str(STUBS))
+    try:
+        module = install(release_file, tree)
+    except Exception as e:  # noqa: BLE001
+        print(json.dumps({"fatal": f"cannot import {release_file.name} over the stubs: {type(e).__name__}: {e}"}))
+        sys.exit(2)
+    from mla_model.registry import load_registry
+    from mla_model.shape import Shape
+
+    registry = load_registry(request["registry"])
+    options = dict(request.get("options") or {})
+    step = Step(module, release_file, options)
+    for i, data in enumerate(request["shapes"]):
+        shape = Shape.from_json(data)
+        try:
+            row = step.run(shape, registry, seed=int(request.get("seed", 0)) + i)
+        except Exception as e:  # noqa: BLE001  (a stub fault: the harness, not the release)
+            print(json.dumps({"fatal": f"{type(e).__name__}: {e} (shape {data})"}))
+            sys.exit(2)
+        row.pop("_batch", None)
+        print(json.dumps(row, default=_plain))
+    print(json.dumps({"done": True}))
+
+
+def _plain(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    if hasattr(x, "item"):
+        return x.item()
+    return str(x)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,167 @@
+"""What vLLM hands the AITER MLA backend for one Shape: configs, the batch, the impl, the layer.
+
+Runs inside the harness child, after the stubs are installed.  Values follow
+how vLLM builds them (cited per function); where the Shape does not decide a
+value, the harness option of the same name does (``max_num_seqs``,
+``max_model_len``, ``block_size``, ``kv_len``, ``kv_scale``, ``q_scale``).
+"""
+
+from __future__ import annotations
+
+import math
+import types
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from mla_model.derived import PARALLEL_DRAFTING_METHODS
+from mla_model.shape import FP8_KV_CACHE_DTYPES, Shape
+
+KV_LORA_RANK, ROPE_DIM, NOPE_DIM, V_DIM = 512, 64, 128, 128
+HEAD_SIZE = KV_LORA_RANK + ROPE_DIM
+DEFAULTS = {"max_num_seqs": 256, "max_model_len": 8192, "block_size": 1, "kv_len": 64, "kv_scale": 0.5,
+            "q_scale": 0.25}
+
+
+def option(options: dict[str, Any], name: str) -> Any:
+    return options.get(name, DEFAULTS[name])
+
+
+def fp8_dtype(shape: Shape) -> torch.dtype:
+    """current_platform.fp8_dtype(): e4m3fnuz on gfx942, e4m3fn on gfx950 (vllm/platforms/rocm.py)."""
+    return torch.float8_e4m3fnuz if shape.arch == "gfx942" else torch.float8_e4m3fn
+
+
+class _CudagraphMode:
+    def __init__(self, full: bool) -> None:
+        self.full = full
+
+    def has_full_cudagraphs(self) -> bool:
+        return self.full
+
+
+def speculative_config(shape: Shape) -> Any:
+    """SpeculativeConfig as the engine leaves it (vllm/config/speculative.py).
+
+    ``parallel_drafting`` is set for dflash/dspark in ``__post_init__``
+    (0.28.0 L1046-1047); ``max_num_new_slots_for_drafting`` and the methods it
+    calls are the release's own where its ``SpeculativeConfig`` defines them
+    (:mod:`mla_spec_stub.speculative`).
+    """
+    if shape.spec_method == "none":
+        return None
+    from mla_spec_stub.speculative import SpeculativeConfig
+
+    return SpeculativeConfig(method=shape.spec_method, num_speculative_tokens=shape.num_spec_tokens,
+                             parallel_drafting=shape.spec_method in PARALLEL_DRAFTING_METHODS)
+
+
+def vllm_config(shape: Shape, options: dict[str, Any]) -> tuple[Any, Any]:
+    from vllm.config import VllmConfig
+    from vllm.v1.kv_cache_interface import AttentionSpec
+
+    fp8 = shape.kv_cache_dtype in FP8_KV_CACHE_DTYPES
+    model_dtype = torch.float16 if shape.kv_cache_dtype == "float16" else torch.bfloat16
+    layer = types.SimpleNamespace(q_lora_rank=1536, kv_lora_rank=KV_LORA_RANK, qk_nope_head_dim=NOPE_DIM,
+                                  qk_rope_head_dim=ROPE_DIM, v_head_dim=V_DIM)
+    config = VllmConfig(
+        model_config=types.SimpleNamespace(
+            dtype=model_dtype, max_model_len=option(options, "max_model_len"),
+            num_heads_per_rank=shape.num_heads, get_head_size=lambda: HEAD_SIZE,
+        ),
+        scheduler_config=types.SimpleNamespace(max_num_seqs=option(options, "max_num_seqs"),
+                                               max_num_batched_tokens=8192),
+        cache_config=types.SimpleNamespace(cache_dtype=shape.kv_cache_dtype, block_size=option(options, "block_size")),
+        parallel_config=types.SimpleNamespace(decode_context_parallel_size=shape.dcp_world_size,
+                                              cp_kv_cache_interleave_size=1,
+                                              prefill_context_parallel_size=1),
+        compilation_config=types.SimpleNamespace(cudagraph_mode=_CudagraphMode(shape.full_cudagraph),
+                                                 static_forward_context={"model.layers.0.self_attn.attn": layer}),
+        speculative_config=speculative_config(shape),
+        use_v2_model_runner=bool(options.get("use_v2_model_runner", False)),
+    )
+    spec = AttentionSpec(block_size=option(options, "block_size"), num_kv_heads=1, head_size=HEAD_SIZE,
+                         dtype=torch.uint8 if fp8 else model_dtype,
+                         non_causal_multi_token_decode=not shape.causal)
+    return config, spec
+
+
+@dataclass
+class Batch:
+    """A uniform decode batch: R requests of Q query tokens each, KV of ``kv_lens[r]`` tokens (query included)."""
+
+    common: Any
+    q: torch.Tensor  # [R*Q, H, 576], the dtype the kernel is handed (fp8 already quantised by q_scale)
+    q_true: torch.Tensor  # float32 logical query
+    kv_cache: torch.Tensor  # [pages, block_size, 576] in the cache dtype
+    kv_true: torch.Tensor  # float32 logical latent KV, one row per token slot
+    kv_lens: list[int]
+    block_table: torch.Tensor
+
+
+def batch(shape: Shape, options: dict[str, Any], gen: torch.Generator, device: torch.device) -> Batch:
+    """The CommonAttentionMetadata of a decode-only step (vllm/v1/attention/backend.py) and its tensors."""
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+
+    R, Q, H = shape.num_reqs, shape.max_qo_len, shape.num_heads
+    block = option(options, "block_size")
+    base = max(int(option(options, "kv_len")), Q)
+    kv_lens = [base + (r * 7) % 13 for r in range(R)]
+    pages_per_req = [math.ceil(n / block) for n in kv_lens]
+    total_pages = sum(pages_per_req) + 1
+    perm = torch.randperm(total_pages, generator=gen)  # pages scattered over the cache
+    width = max(pages_per_req)
+    table = torch.zeros(R, width, dtype=torch.int32)
+    at = 0
+    for r, n in enumerate(pages_per_req):
+        table[r, :n] = perm[at:at + n].to(torch.int32)
+        at += n
+    fp8 = shape.kv_cache_dtype in FP8_KV_CACHE_DTYPES
+    kv_scale = float(option(options, "kv_scale")) if fp8 else 1.0
+    kv_true = torch.randn(total_pages * block, HEAD_SIZE, generator=gen) * 0.5
+    if fp8:
+        stored = (kv_true / kv_scale).to(fp8_dtype(shape))
+        kv_true = stored.float() * kv_scale  # the logical values are what the fp8 cache really holds
+        cache = stored.view(total_pages, block, HEAD_SIZE)
+    else:
+        dtype = torch.float16 if shape.kv_cache_dtype == "float16" else torch.bfloat16
+        stored = kv_true.to(dtype)
+        kv_true = stored.float()
+        cache = stored.view(total_pages, block, HEAD_SIZE)
+    q_true = torch.randn(R * Q, H, HEAD_SIZE, generator=gen)
+    if shape.q_dtype == "fp8":
+        q_scale = float(option(options, "q_scale"))
+        q = (q_true / q_scale).to(fp8_dtype(shape))
+        q_true = q.float() * q_scale
+    else:
+        q = q_true.to(torch.bfloat16)
+        q_true = q.float()
+    qsl = torch.arange(0, (R + 1) * Q, Q, dtype=torch.int32)
+    seq_lens = torch.tensor(kv_lens, dtype=torch.int32)
+    common = CommonAttentionMetadata(
+        query_start_loc=qsl.to(device), query_start_loc_cpu=qsl, seq_lens=seq_lens.to(device), num_reqs=R,
+        num_actual_tokens=R * Q, max_query_len=Q, max_seq_len=max(kv_lens), block_table_tensor=table.to(device),
+        slot_mapping=torch.zeros(R * Q, dtype=torch.int64, device=device), causal=shape.causal,
+        seq_lens_cpu=seq_lens,
+    )
+    return Batch(common, q.to(device), q_true, cache.to(device), kv_true, kv_lens, table)
+
+
+def impl_args(shape: Shape) -> dict[str, Any]:
+    """AiterMLAImpl's constructor arguments as MLAAttention passes them (heads per rank, the cache dtype)."""
+    return dict(num_heads=shape.num_heads, head_size=HEAD_SIZE, scale=1.0 / math.sqrt(NOPE_DIM + ROPE_DIM),
+                num_kv_heads=1, alibi_slopes=None, sliding_window=None, kv_cache_dtype=shape.kv_cache_dtype,
+                logits_soft_cap=None, attn_type="decoder", kv_sharing_target_layer_name=None, q_lora_rank=1536,
+                kv_lora_rank=KV_LORA_RANK, qk_nope_head_dim=NOPE_DIM, qk_rope_head_dim=ROPE_DIM,
+                qk_head_dim=NOPE_DIM + ROPE_DIM, v_head_dim=V_DIM, kv_b_proj=None)
+
+
+def layer(shape: Shape, options: dict[str, Any], device: torch.device) -> Any:
+    """The attention layer's scales (vllm/model_executor/layers/attention: ``_q_scale``, ``_k_scale`` tensors)."""
+    fp8 = shape.kv_cache_dtype in FP8_KV_CACHE_DTYPES
+    kv_scale = float(option(options, "kv_scale")) if fp8 else 1.0
+    q_scale = float(option(options, "q_scale")) if shape.q_dtype == "fp8" else 1.0
+    t = lambda v: torch.tensor([v], dtype=torch.float32, device=device)  # noqa: E731
+    return types.SimpleNamespace(_q_scale=t(q_scale), _k_scale=t(kv_scale), _v_scale=t(kv_scale),
+                                 _q_scale_float=q_scale, _k_scale_float=kv_scale, _v_scale_float=kv_scale)

@@ -1,0 +1,75 @@
+"""The parent side of the executing harness: run a release's decode path for many shapes in one child.
+
+:func:`execute` resolves the release (a version from the cached sdist tree,
+a vLLM tree, or a lone ``rocm_aiter_mla.py`` inside one), starts
+``python -m spec.realcode.executed.child`` in a scratch working directory,
+sends the shapes and returns one record per shape.  The child never sees the
+user's ``vllm`` or ``aiter``: its import guard answers both from the stubs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from mla_model.shape import Shape
+from spec.realcode.source import RELATIVE_PATH, SourceError, is_release, release_tree, tree_of
+
+
+class HarnessError(RuntimeError):
+    """The harness could not run the release (a name the stubs lack, an import that fails): one line."""
+
+
+@dataclass(frozen=True)
+class ReleaseCode:
+    label: str  # "vllm==0.28.0" or the path
+    file: Path  # rocm_aiter_mla.py
+    tree: Path | None  # the tree the stubs read the release's helper code from
+
+
+def release_code(spec: str, tree: str | Path | None = None) -> ReleaseCode:
+    """A release version, a vLLM tree, or a rocm_aiter_mla.py (inside a tree, or with ``tree`` given)."""
+    spec = spec.split("==", 1)[1] if spec.startswith("vllm==") else spec
+    if is_release(spec):
+        root = release_tree(spec)
+        return ReleaseCode(f"vllm=={spec}", root / RELATIVE_PATH, root)
+    p = Path(spec)
+    if p.is_dir():
+        p = p / RELATIVE_PATH
+    if not p.is_file():
+        raise SourceError(f"{spec}: no such file, directory or vLLM release")
+    root = Path(tree) if tree is not None else tree_of(p)
+    if root is None:
+        raise SourceError(f"{spec}: executing the release needs the vLLM tree around the file; pass --tree")
+    return ReleaseCode(str(spec), p, root)
+
+
+def execute(code: ReleaseCode, shapes: Iterable[Shape], registry_id: str = "aiter-0.1.20",
+            options: dict[str, Any] | None = None, seed: int = 0, timeout: float = 1800) -> list[dict[str, Any]]:
+    """One record per shape (see :mod:`spec.realcode.executed.child`), in order."""
+    request = {"file": str(code.file), "tree": str(code.tree) if code.tree else None, "registry": registry_id,
+               "shapes": [s.to_json() for s in shapes], "options": options or {}, "seed": seed}
+    with tempfile.TemporaryDirectory(prefix="mla-spec-exec-") as scratch:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "AITER_"))}
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        proc = subprocess.run([sys.executable, "-m", "spec.realcode.executed.child"], input=json.dumps(request),
+                              capture_output=True, text=True, cwd=scratch, env=env, timeout=timeout)
+    rows, done = [], False
+    for line in proc.stdout.splitlines():
+        row = json.loads(line)
+        if "fatal" in row:
+            raise HarnessError(f"{code.label}: {row['fatal']}")
+        if row.get("done"):
+            done = True
+            continue
+        rows.append(row)
+    if not done:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise HarnessError(f"{code.label}: the harness child stopped ({last})")
+    return rows

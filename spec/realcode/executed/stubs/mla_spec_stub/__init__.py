@@ -1,0 +1,105 @@
+"""Shared state of the stub ``vllm``/``aiter`` packages inside one harness child.
+
+Nothing here is vLLM's or AITER's.  The child sets :data:`STATE` before each
+step: the platform the stubs answer (arch, the small-head mode knob), the
+release tree real helper code is read from, the AITER registry the recorder
+fails from, and the list the recorder appends kernel calls to.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class StubMissing(AttributeError):
+    """The release reached a name the harness does not stub (named in the message)."""
+
+
+@dataclass
+class State:
+    arch: str = "gfx950"
+    asm_padding_mode: str = "auto"
+    tree: Path | None = None  # root of the release tree (holds vllm/...)
+    registry: Any = None  # mla_model.registry.Registry
+    gluon_build: bool = True
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    kernel: Any = None  # callable(entry, call, tensors) -> None; fills the output (replay), or None (record only)
+
+
+STATE = State()
+
+
+def strict(module_name: str) -> Any:
+    """A module ``__getattr__`` that names any attribute the stub does not define."""
+
+    def __getattr__(name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise StubMissing(f"the release reaches {module_name}.{name}, which the harness does not stub")
+
+    return __getattr__
+
+
+def release_defs(relpath: str, names: tuple[str, ...], namespace: dict[str, Any]) -> None:
+    """Execute the release's own top-level definitions ``names`` of ``relpath`` into ``namespace``.
+
+    Used where a stub stands for vLLM code whose behaviour we must not restate
+    (the reorder threshold, ``is_quantized_kv_cache``): the definitions are cut
+    out of the release tree's file with ``ast`` and run here, unchanged.
+    """
+    if STATE.tree is None:
+        raise StubMissing(f"no release tree to read {relpath} from (pass a vLLM tree or a release version)")
+    path = STATE.tree / relpath
+    try:
+        tree = ast.parse(path.read_text())
+    except OSError as e:
+        raise StubMissing(f"the release tree has no readable {relpath}: {e}") from None
+    wanted = {}
+    for node in tree.body:
+        name = getattr(node, "name", None)
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name = node.targets[0].id
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            name = node.target.id
+        if name in names:
+            wanted[name] = node
+    missing = [n for n in names if n not in wanted]
+    if missing:
+        raise StubMissing(f"{relpath} of this release defines no {', '.join(missing)}")
+    module = ast.Module(body=[wanted[n] for n in names], type_ignores=[])
+    exec(compile(module, str(path), "exec"), namespace)
+
+
+def class_method_defs(relpath: str, class_name: str, names: tuple[str, ...], namespace: dict[str, Any],
+                      optional: bool = False) -> dict[str, Any]:
+    """The release's own methods ``names`` of ``class_name`` in ``relpath``, compiled in ``namespace``.
+
+    Decorators are kept (a ``@property`` comes back as a property), so the
+    result can be set on a stub class as it is.  With ``optional``, names the
+    release does not define are left out instead of refused.
+    """
+    if STATE.tree is None:
+        raise StubMissing(f"no release tree to read {relpath} from (pass a vLLM tree or a release version)")
+    path = STATE.tree / relpath
+    try:
+        tree = ast.parse(path.read_text())
+    except OSError as e:
+        raise StubMissing(f"the release tree has no readable {relpath}: {e}") from None
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            found = {f.name: f for f in node.body if isinstance(f, ast.FunctionDef) and f.name in names}
+            missing = [n for n in names if n not in found]
+            if missing and not optional:
+                raise StubMissing(f"{relpath}:{class_name} of this release defines no {', '.join(missing)}")
+            out = {}
+            for name, fn in found.items():
+                scratch: dict[str, Any] = {}
+                module = ast.Module(body=[fn], type_ignores=[])
+                exec(compile(module, str(path), "exec"), namespace, scratch)
+                out[name] = scratch[name]
+            return out
+    raise StubMissing(f"{relpath} of this release defines no class {class_name}")

@@ -1,0 +1,143 @@
+"""AITER's decode entry points as a recorder: each call kept as vLLM made it, failing where AITER fails.
+
+A recorded call holds what the kernel would see: the entry point, the query's
+shape and dtype (after vLLM's padding), the KV dtype, the scales, the query
+length AITER is told, whether vLLM's persistent work metadata came along, and
+the persistent buffers' sizing.  Before a kernel "runs", the request is
+resolved against the AITER registry in force (:mod:`mla_model.registry`,
+itself cited to AITER's tables and ``aiter/mla.py``), and the call raises what
+AITER raises there: the ``get_block_n_fp8`` KeyError, the persistent head-fold
+assert, an ``AITER_CHECK``, "cannot get heuristic kernel", or Gluon's asserts.
+Only then does :data:`STATE.kernel`, if set, compute the output.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from mla_spec_stub import STATE
+
+_KV_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float8_e4m3fn: "fp8",
+             torch.float8_e4m3fnuz: "fp8", torch.uint8: "fp8"}
+
+
+def dtype_name(t: torch.dtype) -> str:
+    return _KV_NAMES.get(t, str(t).replace("torch.", ""))
+
+
+def _scalar(x: Any) -> Any:
+    if x is None:
+        return None
+    if isinstance(x, torch.Tensor):
+        return float(x.reshape(-1)[0].item()) if x.numel() else None
+    return float(x)
+
+
+def get_mla_metadata_info_v1(max_num_reqs, max_seqlen_qo, num_heads, q_dtype, kv_dtype, is_sparse=False,
+                             fast_mode=True, **kwargs):
+    """aiter/mla.py: the persistent buffers' sizes for (batch, qlen, heads); recorded, small buffers returned."""
+    STATE.events.append({"sizing": {"max_num_reqs": int(max_num_reqs), "max_seqlen_qo": int(max_seqlen_qo),
+                                    "num_heads": int(num_heads), "q_dtype": dtype_name(q_dtype),
+                                    "kv_dtype": dtype_name(kv_dtype), **{k: v for k, v in kwargs.items()
+                                                                         if isinstance(v, (int, bool))}}})
+    return tuple(((1,), torch.int32) for _ in range(6))
+
+
+def get_mla_metadata_v1(qo_indptr, kv_indptr, kv_last_page_len, num_heads_per_head_k, num_heads_k, is_causal,
+                        *buffers, max_seqlen_qo=None, uni_seqlen_qo=-1, **kwargs):
+    """aiter/mla.py: fills the work/reduce buffers for this batch; recorded."""
+    STATE.events.append({"metadata": {"num_heads": int(num_heads_per_head_k), "max_seqlen_qo": int(max_seqlen_qo),
+                                      "uni_seqlen_qo": int(uni_seqlen_qo), "is_causal": bool(is_causal),
+                                      "num_reqs": int(qo_indptr.numel() - 1)}})
+
+
+def mla_decode_fwd(q, kv_buffer, o, qo_indptr, kv_indptr, kv_indices, kv_last_page_lens, max_seqlen_q,
+                   sm_scale=None, logit_cap=0.0, q_scale=None, kv_scale=None, work_meta_data=None, work_indptr=None,
+                   work_info_set=None, reduce_indptr=None, reduce_final_map=None, reduce_partial_map=None,
+                   causal=None, return_lse=False, **extra):
+    """aiter/mla.py ``mla_decode_fwd``: the ASM decode (persistent when vLLM passes work metadata)."""
+    call = {
+        "entry": "mla_decode_fwd",
+        "q_shape": list(q.shape), "q_dtype": dtype_name(q.dtype), "kv_dtype": dtype_name(kv_buffer.dtype),
+        "max_seqlen_q": int(max_seqlen_q), "num_reqs": int(qo_indptr.numel() - 1),
+        "persistent": work_meta_data is not None, "sm_scale": _scalar(sm_scale),
+        "q_scale": _scalar(q_scale), "kv_scale": _scalar(kv_scale),
+        "causal": None if causal is None else bool(causal), "return_lse": bool(return_lse),
+        "extra": sorted(extra),
+    }
+    STATE.calls.append(call)
+    call["tensors"] = {"q": q, "o": o, "kv": kv_buffer, "kv_indptr": kv_indptr, "kv_indices": kv_indices,
+                       "qo_indptr": qo_indptr}
+    failure = _asm_failure(call)
+    if failure:
+        call["raised"] = failure[1]
+        raise failure[0]
+    if STATE.kernel is not None:
+        return STATE.kernel("mla_decode_fwd", call)
+    return None
+
+
+def mla_gluon(q_nope, q_pe, kv_c, o, page_table, seq_info, sm_scale, k_pe=None, kv_pe_offset=512,
+              use_2d_view=False, kv_scale=1.0, min_kv_seq_len=1, **extra):
+    """aiter/ops/triton/gluon/mla_gluon.py: the small-head Gluon decode (one query token per row)."""
+    call = {
+        "entry": "mla_gluon", "q_shape": list(q_nope.shape), "q_dtype": dtype_name(q_nope.dtype),
+        "kv_dtype": dtype_name(kv_c.dtype), "num_rows": int(seq_info.numel() - 1),
+        "kv_scale": _scalar(kv_scale), "q_scale": None, "sm_scale": _scalar(sm_scale),
+        "min_kv_seq_len": int(min_kv_seq_len), "extra": sorted(extra),
+    }
+    STATE.calls.append(call)
+    call["tensors"] = {"q_nope": q_nope, "q_pe": q_pe, "o": o, "kv": kv_c, "kv_indptr": seq_info,
+                       "kv_indices": page_table}
+    failure = _gluon_failure(call)
+    if failure:
+        call["raised"] = failure[1]
+        raise failure[0]
+    if STATE.kernel is not None:
+        return STATE.kernel("mla_gluon", call)
+    return None
+
+
+def _asm_failure(call: dict[str, Any]) -> tuple[BaseException, str] | None:
+    """What AITER raises for this ASM request, from the registry; None when a kernel runs it."""
+    from mla_model.registry import asm_lookup
+    from mla_model.route import KernelRequest
+
+    reg = STATE.registry
+    req = KernelRequest(q_dtype=call["q_dtype"], kv_dtype=call["kv_dtype"], padded_heads=call["q_shape"][1],
+                        kernel_qlen=call["max_seqlen_q"], persistent=call["persistent"],
+                        causal=True if call["causal"] is None else call["causal"])
+    a = asm_lookup(reg, STATE.arch, req, call["num_reqs"])
+    call["aiter_persistent"] = bool(a.persistent)
+    m, qlen = req.padded_heads, req.kernel_qlen
+    if a.block_n_lookup and not a.block_n_key_ok:
+        return KeyError(m * qlen), "key_error"
+    if a.fold_error:
+        return AssertionError(f"nhead={m} and max_seqlen_q={qlen} not supported"), "fold_assert"
+    if a.check_error:
+        return RuntimeError(f"AITER_CHECK failed for gqa {m}, qlen {qlen}"), "aiter_check"
+    if not a.row_found:
+        return RuntimeError("cannot get heuristic kernel!"), "no_kernel"
+    from mla_model.registry import kernel_name
+
+    call["kernel"] = kernel_name(reg, STATE.arch, req, a)
+    return None
+
+
+def _gluon_failure(call: dict[str, Any]) -> tuple[BaseException, str] | None:
+    from mla_model.registry import gluon_check
+
+    reg = STATE.registry
+    heads = call["q_shape"][1]
+    g = gluon_check(reg, STATE.arch, STATE.gluon_build, call["q_dtype"], call["kv_dtype"], heads,
+                    call["num_rows"] == 1)
+    if not g.arch_ok:
+        return AssertionError(f"mla_gluon requires {reg.gluon_arch}"), "gluon_arch"
+    if not (g.dtype_ok and g.heads_ok):
+        return AssertionError(f"mla_gluon: unsupported q {call['q_dtype']} / kv {call['kv_dtype']} / {heads} heads"), \
+            "gluon_dtype"
+    if not g.batch_ok:
+        return AssertionError("mla_gluon fp8 KV (bh16bn128) requires batch_size == 1"), "gluon_batch"
+    return None

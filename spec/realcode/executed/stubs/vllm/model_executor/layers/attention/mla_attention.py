@@ -1,0 +1,156 @@
+"""Stub ``vllm.model_executor.layers.attention.mla_attention``: the MLA base classes, decode-only.
+
+Restates what the AITER MLA subclasses inherit (vllm/model_executor/layers/
+attention/mla_attention.py, 0.27.0-0.34.0):
+
+* ``MLACommonMetadataBuilder.__init__`` sets ``num_heads`` (heads per rank),
+  ``dcp_world_size``, ``compilation_config``, ``model_config``, ``device``,
+  ``page_size``, and calls the release's own
+  ``_init_reorder_batch_threshold(reorder_batch_threshold, supports_spec_decode,
+  supports_dcp_with_varlen)`` with ``supports_spec_decode = query_len_support
+  != SINGLE_ONLY`` (0.28.0 L2165).
+* ``build`` on a decode-only batch: every request is a decode; it calls
+  ``_build_decode`` with the arguments of 0.28.0 L2335-2343 (plus
+  ``max_query_len = min(max_query_len, reorder_batch_threshold)`` where the
+  release's signature takes it, 0.34.0 L2913) and wraps the result in
+  ``metadata_cls`` (L2345-2360).  Non-causal decode raises as L2244 does when
+  the builder does not support it.
+* ``MLACommonImpl.__init__`` keeps the MLA dims and the kv cache dtype.
+"""
+
+import enum
+import inspect
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import torch
+
+from mla_spec_stub import strict
+from vllm.v1.attention.backend import AttentionMetadataBuilder
+
+__getattr__ = strict("vllm.model_executor.layers.attention.mla_attention")
+
+
+class QueryLenSupport(enum.Enum):
+    SINGLE_ONLY = "single_only"
+    UNIFORM = "uniform"
+    VARLEN = "varlen"
+
+
+class MLACommonBackend:
+    accept_output_buffer = True
+
+    @classmethod
+    def supports_head_size(cls, head_size: int) -> bool:
+        return head_size in cls.get_supported_head_sizes()
+
+    @classmethod
+    def supports_non_causal(cls) -> bool:
+        return False
+
+
+@dataclass
+class MLACommonDecodeMetadata:
+    block_table: torch.Tensor
+    seq_lens: torch.Tensor
+    dcp_tot_seq_lens: Any
+
+
+@dataclass
+class MLACommonPrefillMetadata:
+    block_table: Any = None
+
+
+D = TypeVar("D", bound=MLACommonDecodeMetadata)
+
+
+@dataclass
+class MLACommonMetadata(Generic[D]):
+    num_reqs: int
+    max_query_len: int
+    max_seq_len: int
+    num_actual_tokens: int
+    query_start_loc: torch.Tensor
+    slot_mapping: torch.Tensor
+    num_decodes: int
+    num_decode_tokens: int
+    num_prefills: int
+    causal: bool = True
+    head_dim: Any = None
+    prefill: Any = None
+    decode: Any = None
+
+
+M = TypeVar("M")
+
+
+class MLACommonMetadataBuilder(AttentionMetadataBuilder, Generic[M]):
+    query_len_support = QueryLenSupport.SINGLE_ONLY
+    reorder_batch_threshold = 1
+    supports_non_causal_multi_token_decode = False
+
+    def __init__(self, kv_cache_spec, layer_names, vllm_config, device, metadata_cls=None,
+                 supports_dcp_with_varlen: bool = False):
+        self.metadata_cls = metadata_cls if metadata_cls is not None else MLACommonMetadata
+        self.kv_cache_spec = kv_cache_spec
+        self.layer_names = layer_names
+        self.model_config = vllm_config.model_config
+        self.compilation_config = vllm_config.compilation_config
+        self.vllm_config = vllm_config
+        self.device = device
+        self.non_causal_multi_token_decode = getattr(kv_cache_spec, "non_causal_multi_token_decode", False)
+        self.num_heads = self.model_config.num_heads_per_rank
+        self.dcp_world_size = vllm_config.parallel_config.decode_context_parallel_size
+        self.cp_kv_cache_interleave_size = vllm_config.parallel_config.cp_kv_cache_interleave_size
+        self.dcp_local_block_size = self.cp_kv_cache_interleave_size
+        self.dcp_virtual_block_size = self.dcp_local_block_size * self.dcp_world_size
+        self.page_size = kv_cache_spec.block_size
+        self.use_pcp = False
+        supports_spec_decode = self.query_len_support != QueryLenSupport.SINGLE_ONLY
+        self._init_reorder_batch_threshold(self.reorder_batch_threshold, supports_spec_decode,
+                                           supports_dcp_with_varlen)
+
+    def build(self, common_prefix_len, common_attn_metadata, fast_build: bool = False):
+        m = common_attn_metadata
+        if m.causal is False and not (self.supports_non_causal_multi_token_decode
+                                      and self.non_causal_multi_token_decode):
+            raise ValueError("Non-causal multi-token MLA requires an explicitly supported attention group.")
+        num_decodes, num_decode_tokens = m.num_reqs, m.num_actual_tokens
+        args = dict(
+            block_table_tensor=m.block_table_tensor[:num_decodes, ...],
+            seq_lens_device=m.seq_lens[:num_decodes],
+            max_seq_len=m.max_seq_len,
+            query_start_loc_cpu=m.query_start_loc_cpu[: num_decodes + 1],
+            query_start_loc_device=m.query_start_loc[: num_decodes + 1],
+            num_decode_tokens=num_decode_tokens,
+            max_query_len=min(m.max_query_len, self.reorder_batch_threshold),
+            dcp_tot_seq_lens_device=None,
+        )
+        accepted = inspect.signature(self._build_decode).parameters
+        decode = self._build_decode(**{k: v for k, v in args.items() if k in accepted})
+        return self.metadata_cls(
+            num_reqs=m.num_reqs, max_query_len=m.max_query_len, max_seq_len=m.max_seq_len,
+            num_actual_tokens=m.num_actual_tokens, query_start_loc=m.query_start_loc, slot_mapping=m.slot_mapping,
+            head_dim=576, num_decodes=num_decodes, num_decode_tokens=num_decode_tokens, num_prefills=0,
+            causal=m.causal is not False, prefill=None, decode=decode,
+        )
+
+
+class MLACommonImpl(Generic[M]):
+    def __init__(self, num_heads, head_size, scale, num_kv_heads, alibi_slopes, sliding_window, kv_cache_dtype,
+                 logits_soft_cap, attn_type, kv_sharing_target_layer_name, q_lora_rank=None, kv_lora_rank=512,
+                 qk_nope_head_dim=128, qk_rope_head_dim=64, qk_head_dim=192, v_head_dim=128, kv_b_proj=None,
+                 indexer=None, q_pad_num_heads=None, **extra):
+        self.num_heads = num_heads
+        self.head_size = head_size
+        self.scale = float(scale)
+        self.num_kv_heads = num_kv_heads
+        self.kv_cache_dtype = kv_cache_dtype
+        self.q_lora_rank = q_lora_rank
+        self.kv_lora_rank = kv_lora_rank
+        self.qk_nope_head_dim = qk_nope_head_dim
+        self.qk_rope_head_dim = qk_rope_head_dim
+        self.qk_head_dim = qk_head_dim
+        self.v_head_dim = v_head_dim
+        self.kv_b_proj = kv_b_proj
+        self.q_pad_num_heads = q_pad_num_heads

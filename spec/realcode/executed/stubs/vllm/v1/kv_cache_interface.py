@@ -1,0 +1,45 @@
+"""Stub ``vllm.v1.kv_cache_interface``: ``AttentionSpec`` and the release's own ``is_quantized_kv_cache``.
+
+``is_quantized_kv_cache`` (and ``get_kv_quant_mode``/``KVQuantMode`` where the
+release has them) are the release's definitions, executed from its tree.
+"""
+
+from dataclasses import dataclass
+from enum import Enum, IntEnum  # noqa: F401  (read by the release's definitions)
+
+import torch  # noqa: F401
+
+from mla_spec_stub import release_defs, strict, STATE
+import ast as _ast
+
+__getattr__ = strict("vllm.v1.kv_cache_interface")
+
+
+@dataclass
+class AttentionSpec:
+    """The fields of vLLM's AttentionSpec/MLAAttentionSpec the backend reads."""
+
+    block_size: int
+    num_kv_heads: int
+    head_size: int
+    dtype: "torch.dtype"
+    dcp_sharded: bool = False
+    non_causal_multi_token_decode: bool = False
+
+
+KVCacheSpec = AttentionSpec
+
+
+def _load() -> None:
+    text = (STATE.tree / "vllm/v1/kv_cache_interface.py").read_text()
+    defined = {getattr(n, "name", None) for n in _ast.parse(text).body}
+    names = tuple(n for n in ("KVQuantMode", "get_kv_quant_mode", "is_quantized_kv_cache") if n in defined)
+    if "is_quantized_kv_cache" in names:
+        release_defs("vllm/v1/kv_cache_interface.py", names, globals())
+    else:  # older releases keep it in vllm/utils/torch_utils.py
+        from vllm.utils.torch_utils import is_quantized_kv_cache
+
+        globals()["is_quantized_kv_cache"] = is_quantized_kv_cache
+
+
+_load()

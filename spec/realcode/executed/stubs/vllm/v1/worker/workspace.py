@@ -1,0 +1,27 @@
+"""Stub ``vllm.v1.worker.workspace`` (vllm/v1/worker/workspace.py): a manager that hands out zeroed scratch.
+
+Reached only on paths the harness does not drive (prefill); decode reaches it
+in 0.33+ for the Triton verify workspace.
+"""
+
+import torch
+
+from mla_spec_stub import strict
+
+__getattr__ = strict("vllm.v1.worker.workspace")
+
+
+class _Workspace:
+    def get_simultaneous(self, *specs):
+        return [torch.zeros(shape, dtype=dtype) for shape, dtype in specs]
+
+    def reserve_simultaneous(self, *specs):
+        return None
+
+
+def current_workspace_manager():
+    return _Workspace()
+
+
+def is_workspace_manager_initialized() -> bool:
+    return True
