@@ -197,18 +197,24 @@ def _short(r: CheckResult) -> str:
               "(default: the one that models that release).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--no-symbolic", is_flag=True, help="Only the bounded comparison (no lifting).")
-def bind_command(spec, revision, fmt, no_symbolic) -> None:
-    """Compare a release's real gate functions with a model revision: equal, or the first differences."""
-    from spec.realcode.bind import bind
+@click.option("--shapes", "count", type=click.IntRange(min=0), default=2000, show_default=True,
+              help="Random valid shapes for the executed differential (besides the solver-found cases); "
+                   "0 skips it.")
+def bind_command(spec, revision, fmt, no_symbolic, count) -> None:
+    """Compare a release with a model revision: its gate functions (symbolic and bounded), and its whole
+    decode path executed shape by shape against the model's routes."""
+    from spec.realcode.bind import bind, executed_comparison
+    from spec.realcode.executed.harness import HarnessError
     from spec.realcode.source import SourceError
 
     try:
         label, model_id, rows = bind(spec, revision, symbolic=not no_symbolic)
-    except (SourceError, ValueError) as e:
+        executed = executed_comparison(spec, model_id, count) if count else None
+    except (SourceError, ValueError, HarnessError) as e:
         raise BadInput(str(e)) from None
     if fmt == "json":
-        click.echo(json.dumps({"vllm": label, "revision": model_id, "functions": [r.to_json() for r in rows]},
-                              indent=2, default=str))
+        click.echo(json.dumps({"release": label, "revision": model_id, "functions": [r.to_json() for r in rows],
+                               "executed": executed.to_json() if executed else None}, indent=2, default=str))
     else:
         console = Console(highlight=False)
         table = Table(title=f"mla-spec bind: {label} against the model revision {model_id}")
@@ -226,10 +232,29 @@ def bind_command(spec, revision, fmt, no_symbolic) -> None:
                 where = shape_summary(Shape(**d["shape"])) if "shape" in d else json.dumps(d["inputs"])
                 console.print(f"[red]{r.function}[/] ({r.method}) differs at {where}: "
                               f"real {d['real']!r}, model {d['model']!r}", soft_wrap=True)
+        if executed:
+            _print_executed(executed, console)
     # 1: some function differs; 3: lifting failed, so the gate was not compared symbolically.
-    if any(r.verdict == "DIFFERENT" for r in rows):
+    if any(r.verdict == "DIFFERENT" for r in rows) or (executed and executed.disagreements):
         sys.exit(EXIT_VIOLATED)
     sys.exit(EXIT_UNKNOWN if any(r.verdict == "UNSUPPORTED" and r.method == "symbolic" for r in rows) else EXIT_OK)
+
+
+def _print_executed(executed: Any, console: Console) -> None:
+    n = len(executed.disagreements)
+    colour = "red" if n else "green"
+    console.print(f"executed: {label_count(executed.shapes, 'shape')} of {executed.release}'s real decode path "
+                  f"({executed.valid:,} valid) against {executed.revision}: [{colour}]{n} disagreement"
+                  f"{'' if n == 1 else 's'}[/] ({executed.seconds:.1f} s)")
+    console.print("  compared: " + ", ".join(f"{k} {v:,}" for k, v in sorted(executed.compared.items())),
+                  soft_wrap=True)
+    for d in executed.disagreements[:10]:
+        console.print(f"  [red]{d.field}[/] at {shape_summary(Shape(**d.shape))}: executed {d.executed!r}, "
+                      f"model {d.model!r}", soft_wrap=True)
+
+
+def label_count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 @main.command("list")

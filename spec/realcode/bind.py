@@ -168,6 +168,20 @@ def bounded_comparison(gates: RealGates, model_id: str, max_differences: int = 3
     return out
 
 
+def executed_comparison(spec: str, model_id: str, count: int = 2000, seed: int = 0,
+                        registry_id: str = "aiter-0.1.20") -> Any:
+    """The executed differential: the release's real decode path run on the model revision's solver-found
+    cases and ``count`` seeded random valid shapes, every routing fact compared (spec.realcode.executed)."""
+    from spec.cases import generate
+    from spec.realcode.executed.differential import differential, random_shapes
+    from spec.realcode.executed.harness import release_code
+
+    model = get_revision(model_id)
+    reg = load_registry(registry_id)
+    shapes = [c.shape for c in generate(model_id, registry_id)] + random_shapes(model, reg, count, seed)
+    return differential(release_code(spec), model, shapes, registry_id)
+
+
 def bind(spec: str, model_id: str | None = None, symbolic: bool = True) -> tuple[str, str, list[Comparison]]:
     source = resolve(spec)
     gates = RealGates(source)  # refuses a file that is not a loadable backend before anything else

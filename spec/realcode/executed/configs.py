@@ -20,7 +20,7 @@ from mla_model.shape import FP8_KV_CACHE_DTYPES, Shape
 
 KV_LORA_RANK, ROPE_DIM, NOPE_DIM, V_DIM = 512, 64, 128, 128
 HEAD_SIZE = KV_LORA_RANK + ROPE_DIM
-DEFAULTS = {"max_num_seqs": 256, "max_model_len": 8192, "block_size": 1, "kv_len": 64, "kv_scale": 0.5,
+DEFAULTS = {"max_num_seqs": 64, "max_model_len": 2048, "block_size": 1, "kv_len": 64, "kv_scale": 0.5,
             "q_scale": 0.25}
 
 
@@ -62,7 +62,8 @@ def vllm_config(shape: Shape, options: dict[str, Any]) -> tuple[Any, Any]:
     from vllm.v1.kv_cache_interface import AttentionSpec
 
     fp8 = shape.kv_cache_dtype in FP8_KV_CACHE_DTYPES
-    model_dtype = torch.float16 if shape.kv_cache_dtype == "float16" else torch.bfloat16
+    model_dtype = torch.bfloat16  # the model's dtype; --kv-cache-dtype float16 only changes the cache
+    cache_dtype = torch.uint8 if fp8 else (torch.float16 if shape.kv_cache_dtype == "float16" else model_dtype)
     layer = types.SimpleNamespace(q_lora_rank=1536, kv_lora_rank=KV_LORA_RANK, qk_nope_head_dim=NOPE_DIM,
                                   qk_rope_head_dim=ROPE_DIM, v_head_dim=V_DIM)
     config = VllmConfig(
@@ -82,7 +83,7 @@ def vllm_config(shape: Shape, options: dict[str, Any]) -> tuple[Any, Any]:
         use_v2_model_runner=bool(options.get("use_v2_model_runner", False)),
     )
     spec = AttentionSpec(block_size=option(options, "block_size"), num_kv_heads=1, head_size=HEAD_SIZE,
-                         dtype=torch.uint8 if fp8 else model_dtype,
+                         dtype=cache_dtype,
                          non_causal_multi_token_decode=not shape.causal)
     return config, spec
 

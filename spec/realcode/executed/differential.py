@@ -1,0 +1,221 @@
+"""Model vs executed code: the model revision's Route against what the release really did, shape by shape.
+
+For each shape the harness (:mod:`.harness`) runs the release's builder,
+``build`` and ``forward_mqa`` and records the AITER calls.  Every field below
+is read from that record alone (nothing is taken from the model) and compared
+with the model's answer for the same shape:
+
+========================  ===========================================================
+field                     executed side
+========================  ===========================================================
+``validity``              heads accepted by the release's ``is_valid_num_heads`` and
+                          ``max_qo_len <= reorder_batch_threshold`` of the real builder
+``mtp_decode_qlen``       the builder's ``_mtp_decode_qlen``
+``metadata_qlen``         ``max_seqlen_qo`` the persistent buffers were sized for
+``path``                  the entry point called (Gluon decode/verify, Triton verify,
+                          ASM with or without vLLM's work metadata)
+``outcome``               ran / the failure AITER raises / vLLM raises
+``padded_heads``          heads of the query the ASM kernel got
+``head_padding``          how those heads map to the query's (none, repeat_interleave, tile)
+``kernel_qlen``           ``max_seqlen_q`` passed to the ASM kernel
+``kernel``                the code object that request resolves to in the registry
+``q_dtype``/``kv_dtype``  dtypes the kernel got
+``kv_scale``              whether the cache's KV scale reached the kernel
+``gluon_rows``            batch rows the Gluon kernel got is one
+========================  ===========================================================
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from mla_model.decision import decide
+from mla_model.derived import MAX_MLA_QUERY_HEADS
+from mla_model.registry import Registry, kernel_name, load_registry
+from mla_model.revisions.base import Revision
+from mla_model.shape import ARCHS, ASM_PADDING_MODES, FP8_KV_CACHE_DTYPES, GIB, KV_CACHE_DTYPES, SPEC_METHODS, Shape
+from spec.realcode.executed.configs import DEFAULTS
+from spec.realcode.executed.harness import ReleaseCode, execute
+from spec.view import failure_kind
+
+# The model's failure kind -> the outcome the executed step must show.  A missing Gluon build makes
+# vLLM itself raise (``_get_mla_gluon``: "requires an AITER build with the small-head Gluon MLA kernel").
+EXPECTED_OUTCOME = {"none": "ran", "vllm_raises": "vllm_raises", "gluon_unbuilt": "vllm_raises"}
+
+
+@dataclass
+class Disagreement:
+    field: str
+    shape: dict[str, Any]
+    executed: Any
+    model: Any
+
+    def to_json(self) -> dict[str, Any]:
+        return {"field": self.field, "shape": self.shape, "executed": self.executed, "model": self.model}
+
+
+@dataclass
+class Differential:
+    release: str
+    revision: str
+    registry: str
+    shapes: int = 0
+    valid: int = 0
+    seconds: float = 0.0
+    compared: dict[str, int] = field(default_factory=dict)
+    disagreements: list[Disagreement] = field(default_factory=list)
+
+    def to_json(self, limit: int = 20) -> dict[str, Any]:
+        by_field: dict[str, int] = {}
+        for d in self.disagreements:
+            by_field[d.field] = by_field.get(d.field, 0) + 1
+        return {"shapes": self.shapes, "valid": self.valid, "seconds": round(self.seconds, 2),
+                "shapes_per_second": round(self.shapes / self.seconds, 1) if self.seconds else None,
+                "compared": self.compared, "disagreements_by_field": by_field,
+                "disagreements": [d.to_json() for d in self.disagreements[:limit]]}
+
+
+def observed(row: dict[str, Any]) -> dict[str, Any]:
+    """The routing facts of one executed step, read from its record only."""
+    out: dict[str, Any] = {"validity": bool(row.get("valid_heads") and row.get("admitted")),
+                           "mtp_decode_qlen": row.get("mtp_decode_qlen")}
+    if not out["validity"]:
+        return out
+    sizing = row.get("sizing")
+    out["metadata_qlen"] = sizing["max_seqlen_qo"] if sizing else None
+    out["outcome"] = _outcome(row)
+    calls = row.get("calls") or []
+    if not calls:
+        return out
+    call = calls[0]
+    entry = call["entry"]
+    if entry == "mla_gluon":
+        out["path"] = "gluon_decode" if (row.get("decode") or {}).get("use_gluon_decode") else "gluon_verify"
+        out["gluon_rows"] = call["num_rows"] == 1
+        out["kv_scale"] = call["kv_scale"]
+    elif entry == "decode_attention_fwd_verify":
+        out["path"] = "triton_verify"
+    elif entry == "mla_decode_fwd":
+        out["path"] = "asm_persistent" if call["persistent"] else "asm_nonpersistent"
+        out["padded_heads"] = call["q_shape"][1]
+        out["kernel_qlen"] = call["max_seqlen_q"]
+        out["q_dtype"], out["kv_dtype"] = call["q_dtype"], call["kv_dtype"]
+        out["kv_scale"] = call["kv_scale"]
+        if "head_map" in call:
+            out["head_padding"] = padding_kind(call["head_map"])
+        if "kernel" in call:
+            out["kernel"] = call["kernel"]
+    return out
+
+
+def _outcome(row: dict[str, Any]) -> str:
+    outcome = row.get("outcome", "ran")
+    return outcome.split(":", 1)[1] if outcome.startswith("aiter:") else outcome
+
+
+def padding_kind(head_map: list[int]) -> str:
+    """none / repeat_interleave / tile / other, from which query head each kernel head copies."""
+    m = len(head_map)
+    h = max(head_map) + 1 if head_map and min(head_map) >= 0 else 0
+    if h and head_map == list(range(m)):
+        return "none"
+    if h and m % h == 0 and head_map == [i // (m // h) for i in range(m)]:
+        return "repeat_interleave"
+    if h and head_map == [i % h for i in range(m)]:
+        return "tile"
+    return "other"
+
+
+def expected(revision: Revision, reg: Registry, shape: Shape, options: dict[str, Any]) -> dict[str, Any]:
+    """The same facts as the model states them, for the fields :func:`observed` reports."""
+    valid = bool(revision.is_valid(shape, reg))
+    d = decide(revision, reg, shape)
+    r = d.route
+    out: dict[str, Any] = {"validity": valid, "mtp_decode_qlen": int(r.mtp_decode_qlen)}
+    if not valid:
+        return out
+    out["metadata_qlen"] = int(r.mtp_decode_qlen)
+    failure = failure_kind(d)
+    out["outcome"] = EXPECTED_OUTCOME.get(failure, failure)
+    out["path"] = r.path
+    fp8 = shape.kv_cache_dtype in FP8_KV_CACHE_DTYPES
+    true_kv_scale = float(options.get("kv_scale", DEFAULTS["kv_scale"])) if fp8 else 1.0
+    if r.path in ("gluon_decode", "gluon_verify"):
+        out["gluon_rows"] = bool(r.gluon_batch_is_one)
+        out["kv_scale"] = true_kv_scale if r.kv_scale_passed else 1.0
+    elif r.path in ("asm_persistent", "asm_nonpersistent"):
+        req = r.request
+        out["padded_heads"] = int(r.padded_q_heads)
+        out["kernel_qlen"] = int(req.kernel_qlen)
+        out["q_dtype"], out["kv_dtype"] = req.q_dtype, req.kv_dtype
+        out["kv_scale"] = true_kv_scale
+        out["head_padding"] = r.head_padding
+        name = kernel_name(reg, shape.arch, req, d.asm)
+        if name is not None:
+            out["kernel"] = name
+    return out
+
+
+def compare(revision: Revision, reg: Registry, rows: Iterable[dict[str, Any]], options: dict[str, Any],
+            result: Differential) -> None:
+    for row in rows:
+        shape = Shape.from_json(row["shape"])
+        seen, want = observed(row), expected(revision, reg, shape, options)
+        result.shapes += 1
+        result.valid += int(seen["validity"] and want["validity"])
+        if seen["validity"] != want["validity"]:
+            result.disagreements.append(Disagreement("validity", row["shape"], seen["validity"], want["validity"]))
+            continue
+        for name in sorted(set(seen) | set(want)):
+            if name == "validity" or name not in seen or name not in want:
+                continue
+            result.compared[name] = result.compared.get(name, 0) + 1
+            if seen[name] != want[name]:
+                result.disagreements.append(Disagreement(name, row["shape"], seen[name], want[name]))
+
+
+def random_shapes(revision: Revision, reg: Registry, count: int, seed: int) -> list[Shape]:
+    """``count`` seeded shapes the model deems valid, plus every invalid one drawn on the way.
+
+    Drawn over the whole box: every arch, KV dtype, mode, drafter (k 1..7), heads
+    1..128 (the most any MLA checkpoint has: a deployment fact, not a vLLM rule,
+    so it is not compared), qlen 1..16, 1..40 requests, both sides of 2 GiB, Gluon build where it
+    can exist, cudagraph modes and causal blocks; only shapes inside the
+    revision's modelled scope are kept (dcp 1 here).
+    """
+    rng = random.Random(seed)
+    scope = revision.scope(reg)
+    valid: list[Shape] = []
+    invalid: list[Shape] = []
+    while len(valid) < count:
+        arch = rng.choice(ARCHS)
+        kv = rng.choice(KV_CACHE_DTYPES)
+        method = rng.choice(SPEC_METHODS)
+        shape = Shape(
+            arch=arch, kv_cache_dtype=kv,
+            q_dtype=rng.choice(("bf16", "fp8")) if kv in FP8_KV_CACHE_DTYPES else "bf16",
+            num_heads=rng.choice((rng.randint(1, 16), rng.randint(1, MAX_MLA_QUERY_HEADS), 16 * rng.randint(1, 8))),
+            max_qo_len=rng.choice((1, 1, rng.randint(1, 16))), num_reqs=rng.choice((1, 2, rng.randint(1, 40))),
+            spec_method=method, num_spec_tokens=0 if method == "none" else rng.randint(1, 7),
+            asm_padding_mode=rng.choice(ASM_PADDING_MODES),
+            gluon_build=arch == "gfx950" and rng.random() < 0.9, full_cudagraph=rng.random() < 0.5,
+            causal=rng.random() < 0.8, kv_cache_bytes=rng.choice((GIB, 2 * GIB, 2 * GIB + 1, 4 * GIB)),
+        )
+        if not all(rule(shape) for name, rule in scope if not name.startswith("is_valid_num_heads")):
+            continue
+        (valid if revision.is_valid(shape, reg) else invalid).append(shape)
+    return valid + invalid[: count // 4]
+
+
+def differential(code: ReleaseCode, revision: Revision, shapes: list[Shape], registry_id: str = "aiter-0.1.20",
+                 options: dict[str, Any] | None = None) -> Differential:
+    options = dict(options or {})
+    result = Differential(code.label, revision.id, registry_id)
+    start = time.perf_counter()
+    rows = execute(code, shapes, registry_id, options)
+    compare(revision, load_registry(registry_id), rows, options, result)
+    result.seconds = time.perf_counter() - start
+    return result

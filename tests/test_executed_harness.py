@@ -1,0 +1,133 @@
+"""The executing harness: real release code over the stubs, and the model against it.
+
+Marked ``network``: the release trees come from the sdists (downloaded once,
+cached in ~/.cache/mla-spec).  CI runs them.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from mla_model.registry import load_registry
+from mla_model.revisions import get_revision
+from mla_model.shape import Shape
+from spec.realcode.executed.differential import differential, padding_kind, random_shapes
+from spec.realcode.executed.harness import HarnessError, ReleaseCode, execute, release_code
+
+pytestmark = pytest.mark.network
+
+KIMI_K3_TP8_FP8 = Shape(arch="gfx950", kv_cache_dtype="fp8", num_heads=12, max_qo_len=1, num_reqs=4)
+
+
+def test_0_28_0_sends_kimi_k3_tp8_fp8_to_the_persistent_asm_kernel_with_the_cache_scale():
+    (row,) = execute(release_code("0.28.0"), [KIMI_K3_TP8_FP8])
+    assert row["outcome"] == "ran"
+    (call,) = row["calls"]
+    assert call["entry"] == "mla_decode_fwd" and call["persistent"]
+    assert call["q_shape"][1] == 16 and padding_kind(call["head_map"]) == "tile"
+    assert call["kv_scale"] == 0.5 and call["q_scale"] == 0.25
+    assert row["sizing"]["max_seqlen_qo"] == 1 and row["sizing"]["num_heads"] == 16
+
+
+def test_0_27_1_sizes_eagle_metadata_for_qlen_1_while_the_scheduler_admits_4():
+    shape = Shape(arch="gfx942", num_heads=16, max_qo_len=4, num_reqs=2, spec_method="eagle", num_spec_tokens=3)
+    (old,) = execute(release_code("0.27.1"), [shape])
+    (new,) = execute(release_code("0.28.0"), [shape])
+    assert old["threshold"] == new["threshold"] == 4
+    assert old["mtp_decode_qlen"] == 1 and not old["decode"]["has_persistent_metadata"]
+    assert new["mtp_decode_qlen"] == 4 and new["decode"]["has_persistent_metadata"]
+
+
+@pytest.mark.parametrize("release, model", [("0.27.1", "vllm-0.27"), ("0.28.0", "vllm-0.28")])
+def test_the_model_agrees_with_the_executed_release(release, model):
+    revision, reg = get_revision(model), load_registry("aiter-0.1.20")
+    result = differential(release_code(release), revision, random_shapes(revision, reg, 300, seed=7))
+    assert result.valid >= 300
+    assert result.compared["path"] > 200 and result.compared["kernel"] > 100
+    assert not result.disagreements, [d.to_json() for d in result.disagreements[:5]]
+
+
+def test_an_arch_probe_changed_on_purpose_shows_as_disagreements():
+    revision, reg = get_revision("vllm-0.28"), load_registry("aiter-0.1.20")
+    shapes = [s for s in random_shapes(revision, reg, 300, seed=3) if s.arch == "gfx942"]
+    result = differential(release_code("0.28.0"), revision, shapes, options={"probe_arch": "gfx950"})
+    fields = {d.field for d in result.disagreements}
+    assert "path" in fields or "kernel" in fields, fields
+
+
+def test_a_name_outside_the_stubs_is_an_error_that_names_it(tmp_path):
+    real = release_code("0.28.0")
+    mutant = tmp_path / "rocm_aiter_mla.py"
+    mutant.write_text(real.file.read_text().replace(
+        "from vllm.logger import init_logger", "from vllm.logger import init_logger, NotStubbedName"))
+    with pytest.raises(HarnessError, match="NotStubbedName"):
+        execute(ReleaseCode("mutant", mutant, real.tree), [KIMI_K3_TP8_FP8])
+
+
+def test_a_module_outside_the_stubs_is_an_error_that_names_it(tmp_path):
+    real = release_code("0.28.0")
+    mutant = tmp_path / "rocm_aiter_mla.py"
+    mutant.write_text("import vllm.model_executor.not_a_stub_module\n" + real.file.read_text())
+    with pytest.raises(HarnessError, match="vllm.model_executor.not_a_stub_module"):
+        execute(ReleaseCode("mutant", mutant, real.tree), [KIMI_K3_TP8_FP8])
+
+
+def test_an_installed_vllm_is_never_imported(tmp_path, monkeypatch):
+    fake = tmp_path / "site" / "vllm"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise SystemExit('the installed vllm was imported')\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    (row,) = execute(release_code("0.28.0"), [KIMI_K3_TP8_FP8])
+    assert row["outcome"] == "ran"
+
+
+def test_the_cpu_rendering_of_the_page_index_kernel_matches_tritons_interpreter():
+    pytest.importorskip("triton")
+    import subprocess
+    import sys
+
+    script = (
+        "import os, sys, json\n"
+        "os.environ['TRITON_INTERPRET'] = '1'\n"
+        "import torch, triton, triton.language as tl\n"
+        "src = open(sys.argv[1]).read()\n"
+        "start = src.index('@triton.jit\\ndef _expand_page_indices_kernel')\n"
+        "end = src.index('\\nclass ', start)\n"
+        "ns = {'triton': triton, 'tl': tl}\n"
+        "exec(src[start:end], ns)\n"
+        "sys.path.insert(0, sys.argv[2])\n"
+        "from mla_spec_stub.kernels import launch\n"
+        "g = torch.Generator().manual_seed(0)\n"
+        "for k in (1, 16):\n"
+        "    lens = torch.tensor([5, 40, 1, 33], dtype=torch.int32)\n"
+        "    table = torch.randint(0, 50, (4, 48), generator=g, dtype=torch.int32)\n"
+        "    indptr = torch.cat([torch.zeros(1, dtype=torch.int32), lens.cumsum(0).to(torch.int32)])\n"
+        "    a = torch.full((100 * 16,), -1, dtype=torch.int32); b = a.clone()\n"
+        "    ns['_expand_page_indices_kernel'][(4,)](a, table, table.stride(0), indptr, lens,"
+        " KERNEL_BLOCK_SIZE=k, BLOCK_SIZE=16)\n"
+        "    launch('_expand_page_indices_kernel', (4,), (b, table, table.stride(0), indptr, lens),"
+        " {'KERNEL_BLOCK_SIZE': k, 'BLOCK_SIZE': 16})\n"
+        "    assert torch.equal(a, b), (k, a, b)\n"
+        "print('same')\n"
+    )
+    from spec.realcode.executed.child import STUBS
+
+    out = subprocess.run([sys.executable, "-c", script, str(release_code("0.28.0").file), str(STUBS)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.stdout.strip() == "same", out.stderr[-2000:]
+
+
+def test_padding_kind_reads_the_head_map():
+    assert padding_kind([0, 1, 2, 3]) == "none"
+    assert padding_kind([0, 0, 1, 1]) == "repeat_interleave"
+    assert padding_kind([0, 1, 2, 0]) == "tile"
+    assert padding_kind([0, -1, 2, 3]) == "other"
+
+
+def test_the_harness_leaves_no_scratch_behind(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    execute(release_code("0.28.0"), [KIMI_K3_TP8_FP8])
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("mla-spec-exec-")]
