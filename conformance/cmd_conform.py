@@ -56,7 +56,7 @@ def _records(path: Path, backend: str, fault: str | None, keys: set[str]) -> dic
 
 
 def _pytest_command(backend: str, cases: Path, out: Path, device: str, fault: str | None, kv_len: int | None,
-                    full_context: bool, workers: int) -> list[str]:
+                    full_context: bool, workers: int, vllm: str | None = None) -> list[str]:
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
            "--mla-backend", backend, "--mla-cases", str(cases), "--mla-results", str(out), "--mla-device", device]
     installed = any(e.value == "conformance.pytest_plugin" for e in importlib.metadata.entry_points(group="pytest11"))
@@ -68,6 +68,8 @@ def _pytest_command(backend: str, cases: Path, out: Path, device: str, fault: st
         cmd += ["--mla-kv-len", str(kv_len)]
     if full_context:
         cmd.append("--mla-full-context")
+    if vllm:
+        cmd += ["--mla-vllm", vllm]
     if workers > 1:
         cmd += ["-n", str(workers)]
     return [*cmd, str(cases)]
@@ -130,8 +132,11 @@ def _print_summary(summary: dict[str, Any], backend: str, console: Console) -> N
 @click.option("--full-context", is_flag=True, help="Every request holds exactly --kv-len context tokens (timing).")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
               help="pytest-xdist workers, one per GPU.")
+@click.option("--vllm", "vllm", default=None, metavar="RELEASE",
+              help="vllm backend only: the vLLM release (0.28.0), tree or rocm_aiter_mla.py to execute "
+                   "(default: each case's revision's release).")
 @format_option("json")
-def conform_command(backend, cases_path, out, device, fault, kv_len, full_context, workers, fmt) -> None:
+def conform_command(backend, cases_path, out, device, fault, kv_len, full_context, workers, vllm, fmt) -> None:
     """Replay cases on a backend against the float32 reference: PASS, MISMATCH, NAN, CRASH, NO_KERNEL, SKIP."""
     if backend not in BACKENDS:
         raise BadInput(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
@@ -141,6 +146,8 @@ def conform_command(backend, cases_path, out, device, fault, kv_len, full_contex
         if fault not in FAULTS or backend not in FAULT_BACKENDS:
             raise BadInput(f"--fault {fault!r}: the faults ({', '.join(FAULTS)}) are a switch of the "
                            f"{', '.join(FAULT_BACKENDS)} backend")
+    if vllm is not None and backend != "vllm":
+        raise BadInput("--vllm is a switch of the vllm backend only")
     if not cases_path.is_file():
         raise BadInput(f"--cases {cases_path}: no such file")
     try:
@@ -154,7 +161,8 @@ def conform_command(backend, cases_path, out, device, fault, kv_len, full_contex
     if out is None:
         out = Path(tempfile.mkdtemp(prefix="mla-conform-")) / "results.jsonl"
     keys = {case_key(c) for c in cases}
-    cmd = _pytest_command(backend, cases_path.resolve(), out.resolve(), device, fault, kv_len, full_context, workers)
+    cmd = _pytest_command(backend, cases_path.resolve(), out.resolve(), device, fault, kv_len, full_context, workers,
+                          vllm)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
     console = Console(stderr=True, highlight=False)
     log = out.with_suffix(".pytest.log")

@@ -27,9 +27,11 @@ import pytest
 _SETTINGS = pytest.StashKey[dict]()
 
 
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("mla-spec", "mla-spec conformance replay")
-    group.addoption("--mla-backend", metavar="NAME", help="backend to replay the cases on: model, aiter-triton, vllm-aiter")
+    group.addoption("--mla-backend", metavar="NAME",
+                    help="backend to replay the cases on: model, aiter-triton, vllm-aiter, vllm")
     group.addoption("--mla-cases", metavar="FILE", help="cases JSONL file (mla-spec cases); each line becomes a test")
     group.addoption("--mla-device", default="auto", metavar="DEV",
                     help="auto (CUDA when present), cpu, cuda or cuda:N (default: auto)")
@@ -40,6 +42,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="context tokens per request, drawn from [1, N] (default 256)")
     group.addoption("--mla-full-context", action="store_true",
                     help="every request holds exactly --mla-kv-len context tokens (for timing)")
+    group.addoption("--mla-vllm", metavar="RELEASE",
+                    help="vllm backend: the vLLM release (0.28.0), tree or rocm_aiter_mla.py whose real decode "
+                         "path runs (default: each case's revision's release)")
 
 
 def _active(config: pytest.Config) -> bool:
@@ -76,6 +81,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if stale:  # replaying a route the model no longer takes would pass or fail the wrong thing
         raise pytest.UsageError(f"--mla-cases {cases}: {len(stale)} case(s) no longer have their pinned route "
                                 f"(first: {stale[0]}); regenerate them with mla-spec cases")
+    vllm = config.getoption("--mla-vllm")
+    if vllm is not None and backend != "vllm":
+        raise pytest.UsageError("--mla-vllm is a switch of the vllm backend only")
     kv_len = config.getoption("--mla-kv-len")
     if kv_len is not None and kv_len < 1:
         raise pytest.UsageError("--mla-kv-len must be at least 1")
@@ -83,6 +91,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "backend": backend, "path": path.resolve(), "cases": parsed, "fault": fault, "kv_len": kv_len,
         "full_context": config.getoption("--mla-full-context"),
         "device": config.getoption("--mla-device"), "results": config.getoption("--mla-results"), "done": None,
+        "vllm": vllm, "configured": False,
     }
     if config.args_source != pytest.Config.ArgsSource.ARGS:
         config.args = [str(path)]  # collect the cases, not the project's test paths
@@ -110,7 +119,7 @@ class CaseItem(pytest.Item):
 
     def runtest(self) -> None:
         from conformance import runner
-        from conformance.backends import DEVICE_LOST_EXIT, load_backend
+        from conformance.backends import DEVICE_LOST_EXIT, case_key, load_backend
 
         settings = self.config.stash[_SETTINGS]
         log = runner.ResultsLog(settings["results"]) if settings["results"] else None
@@ -121,8 +130,14 @@ class CaseItem(pytest.Item):
         worker = os.environ.get("PYTEST_XDIST_WORKER", "")
         device = runner.resolve_device(settings["device"], int(worker[2:]) if worker.startswith("gw") else None)
         kv_len = settings["kv_len"] or runner.DEFAULT_KV_LEN
-        record = runner.run_case(self.case, load_backend(settings["backend"]), device, kv_len, settings["fault"],
-                                 settings["full_context"])
+        backend = load_backend(settings["backend"])
+        if hasattr(backend, "configure") and not settings["configured"]:
+            # Batching backends (vllm) run the cases still to do in chunks, one process per chunk.
+            done = settings["done"] or set()
+            backend.configure(release=settings["vllm"],
+                              cases=[c for c in settings["cases"] if case_key(c) not in done])
+            settings["configured"] = True
+        record = runner.run_case(self.case, backend, device, kv_len, settings["fault"], settings["full_context"])
         self.user_properties.append(("mla_status", record["status"]))
         if log is not None:
             log.append(record)

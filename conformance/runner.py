@@ -170,18 +170,30 @@ def classify(out: torch.Tensor, ref: torch.Tensor, ref_lowp: torch.Tensor) -> di
 # --- one case -------------------------------------------------------------------------------
 
 
-def run_case(case: Case, backend: Any, device: str, kv_len: int = DEFAULT_KV_LEN, fault: str | None = None,
-             full_context: bool = False) -> dict[str, Any]:
-    """Run the case on the backend and return its result record (never raises for a backend failure)."""
-    started = time.time()
+def case_record(case: Case, backend_name: str, device: str, fault: str | None) -> dict[str, Any]:
+    """The fields every result record starts with: the case, the backend, and the route the case pins."""
     s, pinned = case.shape, case.expected_route
-    record: dict[str, Any] = {
-        "key": case_key(case), "id": case.id, "backend": backend.name, "fault": fault, "device": device,
+    return {
+        "key": case_key(case), "id": case.id, "backend": backend_name, "fault": fault, "device": device,
         "revision": case.revision, "registry": case.registry, "origin": case.origin, "seed": case.seed,
         "path": pinned["path"], "kernel": pinned["kernel"], "arch": s.arch, "q_dtype": pinned["q_dtype"],
         "kv_dtype": pinned["kv_dtype"], "num_reqs": s.num_reqs, "qlen": s.max_qo_len,
         "padded_heads": pinned["padded_q_heads"], "head_padding": pinned["head_padding"],
     }
+
+
+def run_case(case: Case, backend: Any, device: str, kv_len: int = DEFAULT_KV_LEN, fault: str | None = None,
+             full_context: bool = False) -> dict[str, Any]:
+    """Run the case on the backend and return its result record (never raises for a backend failure).
+
+    A backend with its own ``run_case`` (``vllm``: the release builds its own inputs) makes the record itself.
+    """
+    own = getattr(backend, "run_case", None)
+    if own is not None:
+        return own(case, device, kv_len, fault, full_context)
+    started = time.time()
+    s = case.shape
+    record = case_record(case, backend.name, device, fault)
     try:
         revision, registry = get_revision(case.revision), load_registry(case.registry)
         decision = decide(revision, registry, s)

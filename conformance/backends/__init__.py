@@ -2,6 +2,8 @@
 
 ``model``        the route emulators of :mod:`mla_model.emulation` (CPU or GPU)
 ``aiter-triton`` AITER's own Triton MLA decode kernel from the ``amd-aiter`` wheel (a CUDA or ROCm GPU)
+``vllm``         a vLLM release's real decode path executed by the harness (spec.realcode.executed),
+                 its recorded kernel calls replayed on a stand-in inside the kernel's contract (CPU or GPU)
 ``vllm-aiter``   vLLM's real ``AiterMLAImpl.forward_mqa`` (a ROCm GPU with vLLM and AITER installed)
 
 Each module exposes ``BACKEND``, an object with:
@@ -25,6 +27,7 @@ BACKENDS = {
     "model": "conformance.backends.model",
     "aiter-triton": "conformance.backends.aiter_triton",
     "vllm-aiter": "conformance.backends.vllm_aiter",
+    "vllm": "conformance.backends.vllm",
 }
 # Backends that take a fault-injection switch (the others run real kernels).
 FAULT_BACKENDS = ("model",)

@@ -1,0 +1,314 @@
+"""The replay module of the ``vllm`` backend: loaded inside the executing harness's child.
+
+The harness (:mod:`spec.realcode.executed`) runs a vLLM release's real
+``rocm_aiter_mla.py`` over stub ``vllm``/``aiter`` packages; its recorder
+checks each AITER call against the registry (raising where AITER raises) and
+then calls :func:`kernel` to fill the call's output in place.  After
+``forward_mqa`` returns, the child calls :func:`verdict` with the step's
+output.
+
+:func:`kernel` is a stand-in for the routed kernel that computes with exactly
+the tensors and scalars vLLM passed and nothing else, inside the kernel's
+contract as far as the registry records it:
+
+* fp8 operands: the bytes are read as the fp8 flavour of the arch the kernel
+  runs on (``e4m3fnuz`` on gfx942, ``e4m3fn`` on gfx950), bf16/fp16 as
+  themselves; the KV rows are read through the page-size-1 view vLLM hands
+  AITER (``kv_buffer.view(-1, 1, 1, 576)``), so ``kv_indices`` are token rows;
+  an index outside the buffer reads NaN (poisoned memory), never a clamp;
+* scales: the ``q_scale``/``kv_scale`` *vLLM passed* dequantise fp8 operands
+  (``kv_scale`` on scores and values alike: the registry records no kernel
+  that scales one but not the other); Gluon's ``kv_scale`` is whatever vLLM
+  passed, so an fp8 cache behind ``kv_scale=1.0`` comes back mis-scaled;
+* ``sm_scale`` as passed (AITER's ``1/sqrt(576)`` default when None);
+* ASM (``mla_decode_fwd``): per request the ``qo_indptr`` rows, causal
+  windows unless vLLM passes ``causal=False``; with vLLM's persistent work
+  metadata only the first ``max_seqlen_qo`` rows the metadata was built for
+  are written (the rest of ``o`` keeps what vLLM put there);
+* Gluon (``mla_gluon``): each ``seq_info`` row is one query row over its
+  ``page_table`` slice (``kv_pe_offset`` 512, ``k_pe=None``, as both 0.27 and
+  0.28 pass them; the recorder does not keep them).
+
+The dtype, head-count and batch limits themselves are the recorder's (it
+raises AITER's error before this runs).  On CUDA the arithmetic runs in
+AITER's Triton MLA decode (:func:`conformance.backends.aiter_triton.load_kernel`)
+when the installed wheel can be loaded next to the stubs, else in torch on
+the GPU; on CPU in torch (float32).  What was done goes into the call record
+under ``replay``.
+
+:func:`verdict` compares the step's output with the float32 reference of the
+*true* logical inputs (``batch.q_true``, ``batch.kv_true``, the true
+dequantisation, causal verify windows) using the runner's own
+:func:`conformance.runner.classify` and tolerance.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from typing import Any
+
+import torch
+
+from mla_model.reference import (
+    DEFAULT_SM_SCALE, FP8_DTYPE_OF_ARCH, HEAD_DIM, KV_LORA_RANK, V_HEAD_DIM, DecodeInputs, PagedKV, attend, operands,
+)
+
+_FP8_STORAGE = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.uint8)
+
+
+def _state() -> Any:
+    import mla_spec_stub
+
+    return mla_spec_stub.STATE
+
+
+def read_as_kernel(t: torch.Tensor, arch: str, info: dict[str, Any], name: str) -> torch.Tensor:
+    """``t``'s bytes as the kernel reads them, in float32: fp8 storage in the arch's flavour."""
+    if t.dtype in _FP8_STORAGE:
+        flavour = FP8_DTYPE_OF_ARCH[arch]
+        if t.dtype != flavour:
+            info.setdefault("notes", []).append(f"{name} is {t.dtype}, read as {flavour} on {arch}")
+        return t.contiguous().view(torch.uint8).view(flavour).float()
+    return t.float()
+
+
+def _scale(value: Any, what: str, info: dict[str, Any]) -> float:
+    if value is None:
+        info.setdefault("notes", []).append(f"{what} not passed: the kernel reads 1.0")
+        return 1.0
+    return float(value)
+
+
+# --- the arithmetic ---------------------------------------------------------------------------
+
+
+def _attend_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor,
+                 sm_scale: float) -> torch.Tensor:
+    """Row ``i`` of ``q [n, H, 576]`` over KV rows ``indices[indptr[i]:indptr[i+1]]`` (``-1``: out of bounds)."""
+    n = q.shape[0]
+    lens = (indptr[1:] - indptr[:-1]).long()
+    width = max(int(lens.max()) if n else 0, 1)
+    pos = torch.arange(width, device=q.device)
+    live = pos[None, :] < lens[:, None]
+    flat = (indptr[:-1].long()[:, None] + pos[None, :]).clamp(max=max(indices.numel() - 1, 0))
+    tok = indices.long()[flat] if indices.numel() else torch.zeros_like(flat)
+    poisoned = torch.cat([k, torch.full((1, k.shape[1]), float("nan"), device=k.device)])
+    poisoned_v = torch.cat([v, torch.full((1, v.shape[1]), float("nan"), device=v.device)])
+    tok = torch.where((tok < 0) | (tok >= k.shape[0]), k.shape[0], tok)
+    kk, vv = poisoned[tok], poisoned_v[tok]  # [n, width, 576], [n, width, 512]
+    scores = torch.einsum("nhd,nld->nhl", q, kk) * sm_scale
+    scores = scores.masked_fill(~live[:, None, :], float("-inf"))
+    p = torch.softmax(scores, dim=-1)  # a row with no KV: NaN, as an empty softmax is
+    vv = vv.masked_fill(~live[..., None], 0.0)
+    return torch.einsum("nhl,nld->nhd", p, vv)
+
+
+def _triton_attend(q: torch.Tensor, kv_rows: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor,
+                   sm_scale: float) -> torch.Tensor | None:
+    """AITER's Triton MLA decode on the same rows (bf16 operands, scales already applied), or None."""
+    kernel = _load_triton()
+    if kernel is None or (indices.numel() and (int(indices.min()) < 0 or int(indices.max()) >= kv_rows.shape[0])):
+        return None
+    from conformance.backends.aiter_triton import CONFIG
+
+    n, heads = q.shape[0], q.shape[1]
+    k_buffer = kv_rows.to(torch.bfloat16).view(-1, 1, HEAD_DIM)
+    out = torch.full((n, heads, V_HEAD_DIM), float("nan"), dtype=torch.bfloat16, device=q.device)
+    splits = 1
+    logits = torch.empty(n, heads, splits, KV_LORA_RANK + 1, dtype=torch.float32, device=q.device)
+    config = {k: dict(v) for k, v in CONFIG.items()}
+    kernel(q.to(torch.bfloat16).contiguous(), k_buffer, k_buffer[..., :V_HEAD_DIM], out, indptr.to(torch.int32),
+           indices.to(torch.int32), None, KV_LORA_RANK, 0, None, None, logits, splits, sm_scale, config=config)
+    return out.float()
+
+
+_TRITON: list[Any] = []
+
+
+def _load_triton() -> Any:
+    """The installed amd-aiter's Triton decode, imported with the harness's stub ``aiter`` set aside, once."""
+    if _TRITON:
+        return _TRITON[0]
+    kernel = None
+    guard = [f for f in sys.meta_path if type(f).__name__ == "StubsOnly"]
+    stubbed = {n: m for n, m in sys.modules.items() if n == "aiter" or n.startswith("aiter.")}
+    try:
+        for f in guard:
+            sys.meta_path.remove(f)
+        for n in stubbed:
+            del sys.modules[n]
+        from conformance.backends.aiter_triton import load_kernel
+
+        load_kernel.cache_clear()
+        kernel = load_kernel()
+    except Exception:  # noqa: BLE001 - no wheel, no Triton, no GPU: torch does the arithmetic
+        kernel = None
+    finally:
+        for n in [n for n in sys.modules if n == "aiter" or n.startswith("aiter.")]:
+            del sys.modules[n]
+        sys.modules.update(stubbed)
+        for f in reversed(guard):
+            sys.meta_path.insert(0, f)
+    _TRITON.append(kernel)
+    return kernel
+
+
+def _compute(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor,
+             sm_scale: float, same_scale: bool, info: dict[str, Any]) -> torch.Tensor:
+    if q.device.type == "cuda" and same_scale:
+        out = _triton_attend(q, k, indptr, indices, sm_scale)
+        if out is not None:
+            info["compute"] = "aiter-triton decode_attention_fwd_grouped_rope"
+            return out
+    info["compute"] = f"torch float32 ({q.device.type})"
+    return _attend_rows(q, k, v, indptr, indices, sm_scale)
+
+
+def _row_windows(kv_indptr: torch.Tensor, kv_indices: torch.Tensor, rows_of: list[tuple[int, int, int]],
+                 causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per query row (request ``b``, row ``t`` of ``n``) its KV window as one indptr/indices pair."""
+    starts = kv_indptr.long().tolist()
+    lens, chunks = [], []
+    for b, t, n in rows_of:
+        total = starts[b + 1] - starts[b]
+        length = max(total - (n - 1) + t, 0) if causal else total
+        lens.append(length)
+        chunks.append(kv_indices[starts[b]:starts[b] + length].long())
+    indptr = torch.zeros(len(lens) + 1, dtype=torch.long, device=kv_indices.device)
+    if lens:
+        indptr[1:] = torch.cumsum(torch.tensor(lens, device=kv_indices.device), 0)
+    indices = torch.cat(chunks) if chunks else kv_indices.new_zeros(0).long()
+    return indptr, indices
+
+
+# --- the stand-ins ----------------------------------------------------------------------------
+
+
+def _asm(call: dict[str, Any], t: dict[str, Any], st: Any, info: dict[str, Any]) -> None:
+    q, o, kv = t["q"], t["o"], t["kv"]
+    qf = read_as_kernel(q, st.arch, info, "q")
+    kvf = read_as_kernel(kv, st.arch, info, "kv").reshape(-1, kv.shape[-1])
+    q_scale = _scale(call.get("q_scale"), "q_scale", info) if call["q_dtype"] == "fp8" else 1.0
+    kv_scale = _scale(call.get("kv_scale"), "kv_scale", info) if call["kv_dtype"] == "fp8" else 1.0
+    qf = qf * q_scale
+    k = kvf * kv_scale
+    v = kvf[:, :V_HEAD_DIM] * kv_scale
+    sm = call.get("sm_scale")
+    sm = 1.0 / math.sqrt(q.shape[-1]) if sm is None else float(sm)
+    causal = True if call.get("causal") is None else bool(call["causal"])
+    covered = int(call["max_seqlen_q"])
+    if call.get("persistent"):
+        meta = next((e["metadata"] for e in reversed(st.events) if "metadata" in e), None)
+        if meta is None:
+            info.setdefault("notes", []).append("persistent call without get_mla_metadata_v1: no work item, "
+                                                "nothing written")
+            covered = 0
+        else:
+            covered = min(covered, int(meta["max_seqlen_qo"]))
+            if int(meta["num_heads"]) != q.shape[1]:
+                info.setdefault("notes", []).append(f"work metadata for {meta['num_heads']} heads, "
+                                                    f"query has {q.shape[1]}")
+    qo = t["qo_indptr"].long().tolist()
+    rows_of, qrows = [], []
+    unwritten = 0
+    for b in range(len(qo) - 1):
+        n = qo[b + 1] - qo[b]
+        for r in range(n):
+            if r < covered:
+                rows_of.append((b, r, n))
+                qrows.append(qo[b] + r)
+            else:
+                unwritten += 1
+    info.update(kv_scale=kv_scale, q_scale=q_scale, sm_scale=sm, causal=causal, rows_written=len(qrows),
+                rows_unwritten=unwritten, scales="kv_scale on scores and values")
+    if not qrows:
+        return
+    indptr, indices = _row_windows(t["kv_indptr"], t["kv_indices"], rows_of, causal)
+    sel = torch.tensor(qrows, device=o.device)
+    out = _compute(qf[sel], k, v, indptr.to(o.device), indices.to(o.device), sm, True, info)
+    o[sel] = out.to(o.dtype)
+
+
+def _gluon(call: dict[str, Any], t: dict[str, Any], st: Any, info: dict[str, Any]) -> None:
+    q_nope, q_pe, o, kv = t["q_nope"], t["q_pe"], t["o"], t["kv"]
+    qf = torch.cat([read_as_kernel(q_nope, st.arch, info, "q_nope"), read_as_kernel(q_pe, st.arch, info, "q_pe")],
+                   dim=-1)
+    kvf = read_as_kernel(kv, st.arch, info, "kv").reshape(-1, kv.shape[-1])
+    kv_scale = _scale(call.get("kv_scale"), "kv_scale", info) if call["kv_dtype"] == "fp8" else 1.0
+    k = kvf * kv_scale
+    v = kvf[:, :V_HEAD_DIM] * kv_scale
+    sm = float(call["sm_scale"])
+    seq_info, page_table = t["kv_indptr"], t["kv_indices"]
+    entries, rows = seq_info.numel() - 1, qf.shape[0]
+    info.update(kv_scale=kv_scale, sm_scale=sm, scales="kv_scale on scores and values")
+    if rows == entries:  # one query row per entry (decode, or vLLM's verify flatten)
+        indptr, indices = seq_info.long(), page_table.long()
+    elif entries and rows % entries == 0:  # native multi-token rows: causal within each entry
+        per = rows // entries
+        indptr, indices = _row_windows(seq_info, page_table, [(b, r, per) for b in range(entries)
+                                                              for r in range(per)], True)
+        info.setdefault("notes", []).append(f"{per} query rows per seq_info entry, read causally")
+    else:
+        info.setdefault("notes", []).append(f"{rows} query rows for {entries} seq_info entries: "
+                                            "outside mla_gluon's contract, nothing written")
+        info["rows_unwritten"] = rows
+        return
+    out = _compute(qf, k, v, indptr.to(o.device), indices.to(o.device), sm, True, info)
+    o.copy_(out.to(o.dtype))
+    info.update(rows_written=rows, rows_unwritten=0)
+
+
+def kernel(entry: str, call: dict[str, Any]) -> None:
+    """Fill the recorded call's output ``o`` as the routed kernel would (the recorder has admitted the call)."""
+    started = time.perf_counter()
+    info: dict[str, Any] = {}
+    call["replay"] = info
+    st = _state()
+    if call.get("return_lse"):
+        info["no_stand_in"] = f"{entry} with return_lse (the DCP path): the stand-in returns no LSE"
+        return None
+    if entry == "mla_decode_fwd":
+        _asm(call, call["tensors"], st, info)
+    elif entry == "mla_gluon":
+        _gluon(call, call["tensors"], st, info)
+    else:
+        info["no_stand_in"] = f"no stand-in for {entry}: output left as vLLM allocated it"
+    if call["tensors"]["o"].is_cuda:
+        torch.cuda.synchronize(call["tensors"]["o"].device)
+    info["t_ms"] = (time.perf_counter() - started) * 1e3
+
+
+# --- the verdict ------------------------------------------------------------------------------
+
+
+def reference(shape: Any, batch: Any, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, DecodeInputs]:
+    """The float32 reference and its bf16 twin (for the tolerance) from the batch's true logical inputs."""
+    R, Q = shape.num_reqs, shape.max_qo_len
+    pages = batch.kv_cache.shape[0]
+    kv = PagedKV(batch.kv_true.to(device).view(pages, -1, HEAD_DIM), batch.block_table.to(device),
+                 torch.tensor(batch.kv_lens, device=device), 1.0)
+    inputs = DecodeInputs(batch.q_true.to(device), kv, Q, bool(shape.causal), 1.0, DEFAULT_SM_SCALE)
+    ops = operands(inputs)
+    H = batch.q_true.shape[1]
+    ref = attend(ops).view(R * Q, H, V_HEAD_DIM)
+    ref_lowp = attend(ops.to(torch.bfloat16)).view(R * Q, H, V_HEAD_DIM)
+    return ref, ref_lowp, inputs
+
+
+def verdict(shape: Any, batch: Any, output: Any, row: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+    """PASS / MISMATCH / NAN of the step's output against the true reference (the runner's classify)."""
+    from conformance.runner import classify
+
+    started = time.perf_counter()
+    ref, ref_lowp, inputs = reference(shape, batch, output.device)
+    if output.is_cuda:
+        torch.cuda.synchronize(output.device)
+    t_ref = (time.perf_counter() - started) * 1e3
+    result = classify(output, ref, ref_lowp)
+    kv_tokens = int(inputs.kv.seq_lens.sum())
+    result.update(t_reference_ms=t_ref, heads=int(ref.shape[1]), page_size=int(inputs.kv.page_size),
+                  max_seq_len=int(inputs.kv.seq_lens.max()), kv_tokens=kv_tokens,
+                  kv_bytes=kv_tokens * HEAD_DIM * batch.kv_cache.element_size())
+    return result
