@@ -7,9 +7,11 @@ whose ``route`` asks the release's own code every routing question:
 ``use_persistent_metadata`` gate of ``_build_decode`` with what it depends on,
 ``get_actual_mla_num_heads`` and ``is_valid_num_heads``.  On a concrete Shape
 the real functions run in the sandbox; on the prover's symbolic shape they
-are lifted into z3 by path exploration.  What surrounds the gates is the
-model's: the order forward_mqa tests them in, the kernel request, the AITER
-registry, the engine's reorder_batch_threshold.
+are lifted into z3 by path exploration.  The reorder_batch_threshold is the
+release's own, executed by the harness (:mod:`spec.realcode.executed.threshold`).
+What surrounds the gates is the model's (the order forward_mqa tests them
+in, the kernel request, the AITER registry); the executed differential of
+``mla-spec bind`` checks those against the release's real decode path.
 
 Harness assumptions (docs/fidelity.md): the builder's dtype string is the
 cache dtype with fp8 spellings normalised to "fp8"; DCP routes are not modelled
@@ -51,8 +53,9 @@ def builder_kv_cache_dtype(kv_cache_dtype: Any) -> Any:
 class RealGates:
     """One release's gate functions and the harness that calls them for a Shape."""
 
-    def __init__(self, source: Source, lifting: bool = False) -> None:
+    def __init__(self, source: Source, lifting: bool = False, threshold: Any = reorder_batch_threshold) -> None:
         self.source = source
+        self.threshold = threshold  # s -> reorder_batch_threshold (the release's, executed, where it can be)
         self.extracted = extract(source)
         self.code = LoadedCode(self.extracted, builtins_override=LIFTING_BUILTINS if lifting else None)
         self.has_verify = self.code.has("use_gluon_verify")
@@ -75,7 +78,7 @@ class RealGates:
             method=method, num_speculative_tokens=wrap("num_spec_tokens", s.num_spec_tokens))
         attrs = dict(
             num_heads=heads, dcp_world_size=dcp, _kv_cache_dtype_str=builder_dtype,
-            reorder_batch_threshold=wrap("rbt", reorder_batch_threshold(s)), _kv_cache_bytes=kv_bytes,
+            reorder_batch_threshold=wrap("rbt", self.threshold(s)), _kv_cache_bytes=kv_bytes,
             _decode_causal=causal, _supports_segmented_dcp_verify=False, _use_triton_dcp_verify=False,
             _asm_dcp_verify=False,
         )
@@ -133,6 +136,24 @@ class RealGates:
 
 
 
+def _threshold(source: Source) -> tuple[Any, str]:
+    """The release's own reorder_batch_threshold, executed (spec.realcode.executed.threshold).
+
+    Where it cannot be executed (a lone file with no vLLM tree around it, or no
+    torch for the harness), 0.28.0's formula stands in and the revision's
+    title says so.
+    """
+    from spec.realcode.executed.harness import HarnessError, release_code
+    from spec.realcode.executed.threshold import threshold_function
+    from spec.realcode.source import SourceError
+
+    spec = source.label.split("==", 1)[1] if source.label.startswith("vllm==") else str(source.path)
+    try:
+        return threshold_function(release_code(spec)), "executed from the release's builder"
+    except (SourceError, HarnessError) as e:
+        return reorder_batch_threshold, f"0.28.0's formula, not executed: {e}"
+
+
 def real_revision(spec: str, lifting: bool = True) -> Revision:
     """The Revision whose gates are the real functions of ``spec`` (a path or a release)."""
     return _real_revision(resolve(spec), lifting)
@@ -140,8 +161,9 @@ def real_revision(spec: str, lifting: bool = True) -> Revision:
 
 @lru_cache(maxsize=None)
 def _real_revision(source: Source, lifting: bool) -> Revision:
-    concrete = RealGates(source)
-    symbolic = RealGates(source, lifting=True) if lifting else None
+    threshold, threshold_origin = _threshold(source)
+    concrete = RealGates(source, threshold=threshold)
+    symbolic = RealGates(source, lifting=True, threshold=threshold) if lifting else None
     lifted_cache: dict[str, Any] = {}
 
     def outputs(s: Any) -> dict[str, Any]:
@@ -189,10 +211,10 @@ def _real_revision(source: Source, lifting: bool) -> Revision:
 
     return Revision(
         id=source.label,
-        title=f"real gates of {source.label}",
+        title=f"real gates of {source.label} (reorder_batch_threshold: {threshold_origin})",
         source=str(source.path),
         route=route,
-        reorder_batch_threshold=reorder_batch_threshold,
+        reorder_batch_threshold=threshold,
         is_valid_num_heads=lambda h: True,  # the release's own rule is in the scope (it may need the gathered heads)
         scope=scope,
     )
