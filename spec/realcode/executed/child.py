@@ -61,6 +61,7 @@ def install(release_file: Path, tree: Path | None) -> Any:
     import mla_spec_stub
 
     mla_spec_stub.STATE.tree = tree
+    mla_spec_stub.cpu_torch_shims()
     return importlib.import_module(MODULE)
 
 

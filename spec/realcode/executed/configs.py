@@ -9,14 +9,13 @@ value, the harness option of the same name does (``max_num_seqs``,
 from __future__ import annotations
 
 import math
-import types
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from mla_model.derived import PARALLEL_DRAFTING_METHODS
-from mla_model.shape import FP8_KV_CACHE_DTYPES, Shape
+from mla_model.shape import FP8_KV_CACHE_DTYPES, GIB, Shape
 
 KV_LORA_RANK, ROPE_DIM, NOPE_DIM, V_DIM = 512, 64, 128, 128
 HEAD_SIZE = KV_LORA_RANK + ROPE_DIM
@@ -57,34 +56,55 @@ def speculative_config(shape: Shape) -> Any:
                              parallel_drafting=shape.spec_method in PARALLEL_DRAFTING_METHODS)
 
 
+def num_gpu_blocks(shape: Shape, page_size_bytes: int) -> int:
+    """KV cache blocks per layer for ``shape.kv_cache_bytes``.
+
+    From 0.31.0 the builder sizes a layer's cache as ``num_gpu_blocks *
+    kv_cache_spec.page_size_bytes`` (rocm_aiter_mla.py 0.31.0 L719-723, 0.34.0
+    L1226-1230) and keeps Gluon only up to ``1 << 31`` bytes
+    (``_GLUON_MAX_KV_CACHE_BYTES``).  A page is ``576 * block_size * itemsize``
+    bytes, so not every byte count is a whole number of pages: the count is
+    rounded toward the side of 2 GiB the shape is on (down at or below, up
+    above), so the realised cache stays on the shape's side of that bound.
+    """
+    blocks = shape.kv_cache_bytes / page_size_bytes
+    return math.floor(blocks) if shape.kv_cache_bytes <= 2 * GIB else math.ceil(blocks)
+
+
 def vllm_config(shape: Shape, options: dict[str, Any]) -> tuple[Any, Any]:
-    from vllm.config import VllmConfig
+    """The engine's configs for one shape, and the layer's AttentionSpec.
+
+    The config is also made the current one (``vllm.config._current``), as
+    vLLM's ``set_current_vllm_config`` does while it builds the attention
+    backends; ``get_dcp_group`` reads its DCP size from there.
+    """
+    import vllm.config
+    from mla_spec_stub import Bag
     from vllm.v1.kv_cache_interface import AttentionSpec
 
     fp8 = shape.kv_cache_dtype in FP8_KV_CACHE_DTYPES
-    model_dtype = torch.bfloat16  # the model's dtype; --kv-cache-dtype float16 only changes the cache
-    cache_dtype = torch.uint8 if fp8 else (torch.float16 if shape.kv_cache_dtype == "float16" else model_dtype)
-    layer = types.SimpleNamespace(q_lora_rank=1536, kv_lora_rank=KV_LORA_RANK, qk_nope_head_dim=NOPE_DIM,
-                                  qk_rope_head_dim=ROPE_DIM, v_head_dim=V_DIM)
-    config = VllmConfig(
-        model_config=types.SimpleNamespace(
-            dtype=model_dtype, max_model_len=option(options, "max_model_len"),
-            num_heads_per_rank=shape.num_heads, get_head_size=lambda: HEAD_SIZE,
-        ),
-        scheduler_config=types.SimpleNamespace(max_num_seqs=option(options, "max_num_seqs"),
-                                               max_num_batched_tokens=8192),
-        cache_config=types.SimpleNamespace(cache_dtype=shape.kv_cache_dtype, block_size=option(options, "block_size")),
-        parallel_config=types.SimpleNamespace(decode_context_parallel_size=shape.dcp_world_size,
-                                              cp_kv_cache_interleave_size=1,
-                                              prefill_context_parallel_size=1),
-        compilation_config=types.SimpleNamespace(cudagraph_mode=_CudagraphMode(shape.full_cudagraph),
-                                                 static_forward_context={"model.layers.0.self_attn.attn": layer}),
+    model_dtype = torch.float16 if shape.kv_cache_dtype == "float16" else torch.bfloat16
+    block_size = option(options, "block_size")
+    spec = AttentionSpec(block_size=block_size, num_kv_heads=1, head_size=HEAD_SIZE,
+                         dtype=torch.uint8 if fp8 else model_dtype,
+                         non_causal_multi_token_decode=not shape.causal)
+    layer = Bag("layer", q_lora_rank=1536, kv_lora_rank=KV_LORA_RANK, qk_nope_head_dim=NOPE_DIM,
+                qk_rope_head_dim=ROPE_DIM, v_head_dim=V_DIM)
+    config = vllm.config.VllmConfig(
+        model_config=Bag("model_config", dtype=model_dtype, max_model_len=option(options, "max_model_len"),
+                         num_heads_per_rank=shape.num_heads, get_head_size=lambda: HEAD_SIZE),
+        scheduler_config=Bag("scheduler_config", max_num_seqs=option(options, "max_num_seqs"),
+                             max_num_batched_tokens=8192),
+        cache_config=Bag("cache_config", cache_dtype=shape.kv_cache_dtype, block_size=block_size,
+                         num_gpu_blocks=num_gpu_blocks(shape, spec.page_size_bytes)),
+        parallel_config=Bag("parallel_config", decode_context_parallel_size=shape.dcp_world_size,
+                            cp_kv_cache_interleave_size=1, prefill_context_parallel_size=1),
+        compilation_config=Bag("compilation_config", cudagraph_mode=_CudagraphMode(shape.full_cudagraph),
+                               static_forward_context={"model.layers.0.self_attn.attn": layer}),
         speculative_config=speculative_config(shape),
         use_v2_model_runner=bool(options.get("use_v2_model_runner", False)),
     )
-    spec = AttentionSpec(block_size=option(options, "block_size"), num_kv_heads=1, head_size=HEAD_SIZE,
-                         dtype=cache_dtype,
-                         non_causal_multi_token_decode=not shape.causal)
+    vllm.config._current = config
     return config, spec
 
 
@@ -163,6 +183,8 @@ def layer(shape: Shape, options: dict[str, Any], device: torch.device) -> Any:
     fp8 = shape.kv_cache_dtype in FP8_KV_CACHE_DTYPES
     kv_scale = float(option(options, "kv_scale")) if fp8 else 1.0
     q_scale = float(option(options, "q_scale")) if shape.q_dtype == "fp8" else 1.0
+    from mla_spec_stub import Bag
+
     t = lambda v: torch.tensor([v], dtype=torch.float32, device=device)  # noqa: E731
-    return types.SimpleNamespace(_q_scale=t(q_scale), _k_scale=t(kv_scale), _v_scale=t(kv_scale),
-                                 _q_scale_float=q_scale, _k_scale_float=kv_scale, _v_scale_float=kv_scale)
+    return Bag("layer", _q_scale=t(q_scale), _k_scale=t(kv_scale), _v_scale=t(kv_scale),
+               _q_scale_float=q_scale, _k_scale_float=kv_scale, _v_scale_float=kv_scale)

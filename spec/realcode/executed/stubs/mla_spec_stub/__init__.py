@@ -33,6 +33,19 @@ class State:
 STATE = State()
 
 
+def cpu_torch_shims() -> None:
+    """Where torch has no GPU, answer the one CUDA query the release makes outside a kernel.
+
+    rocm_aiter_mla.py 0.34.0 L3375 asks ``torch.cuda.is_current_stream_capturing()``
+    before warming the Triton verify kernel; a CPU-only torch raises there.
+    The harness never captures a graph, so the answer is False.
+    """
+    import torch
+
+    if not torch.cuda.is_available():
+        torch.cuda.is_current_stream_capturing = lambda: False
+
+
 def strict(module_name: str) -> Any:
     """A module ``__getattr__`` that names any attribute the stub does not define."""
 
@@ -42,6 +55,23 @@ def strict(module_name: str) -> Any:
         raise StubMissing(f"the release reaches {module_name}.{name}, which the harness does not stub")
 
     return __getattr__
+
+
+class Bag:
+    """A config or layer object holding exactly the attributes the harness gives it.
+
+    Reading any other attribute is a harness fault naming it (:class:`StubMissing`),
+    so a value vLLM would have and the harness forgot never reads as a release error.
+    """
+
+    def __init__(self, _name: str, **fields: Any) -> None:
+        object.__setattr__(self, "_name", _name)
+        self.__dict__.update(fields)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise StubMissing(f"the release reads {self._name}.{name}, which the harness does not set")
 
 
 def release_defs(relpath: str, names: tuple[str, ...], namespace: dict[str, Any]) -> None:

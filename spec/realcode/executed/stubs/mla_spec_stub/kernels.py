@@ -29,33 +29,56 @@ def use_real_triton() -> bool:
     return True
 
 
-def _expand_page_indices_kernel(grid: Any, args: tuple, kwargs: dict) -> None:
-    """vLLM 0.27.0+ rocm_aiter_mla.py ``_expand_page_indices_kernel``: block table -> flat token indices.
+def _expand_page_indices_kernel(grid: tuple, a: dict[str, Any]) -> None:
+    """rocm_aiter_mla.py ``_expand_page_indices_kernel``: block table -> flat token indices, every release's form.
 
-    Program ``r`` writes ``page_indices[cu[r] + t] = block_table[r, t // K] * K + t % K``
-    for ``t < seq_lens[r]``.
+    Program ``r`` (and, 0.32.0+, chunk ``c`` of ``BLOCK_SIZE`` tokens, grid
+    axis 1) writes ``page_indices[cu[r] + t] = block_table[r, p // K] * K + p % K``
+    with ``K = KERNEL_BLOCK_SIZE`` for each token ``t`` it covers, where:
+
+    * the token count is ``seq_lens[r]`` (0.27.0-0.28.0, L790-826 of 0.28.0)
+      or ``cu[r + 1] - cu[r]`` (0.29.0+, L1157 of 0.29.0);
+    * the table is read at ``r * stride_0 + (p // K) * stride_1``
+      (``block_table_stride_1`` from 0.32.0, L1600; 1 before);
+    * ``p = t``, or ``0`` past ``num_real_tokens[r]`` under ``CLAMP_TAIL``
+      (0.33.0 L1909), plus ``start_offsets[r]`` under ``HAS_START_OFFSETS``
+      (0.34.0 L2313).
     """
     import torch
 
-    page_indices, block_table, stride, cu_num_tokens, seq_lens = args[:5]
-    k = int(kwargs["KERNEL_BLOCK_SIZE"])
-    rows = int(grid[0])
+    page_indices, block_table, cu = a["page_indices"], a["block_table"], a["cu_num_tokens"]
+    k, block = int(a["KERNEL_BLOCK_SIZE"]), int(a["BLOCK_SIZE"])
+    stride_0 = int(a.get("block_table_stride", a.get("block_table_stride_0")))
+    stride_1 = int(a.get("block_table_stride_1", 1))
     flat_table = block_table.reshape(-1)
-    for r in range(rows):
-        n = int(seq_lens[r])
+    for r in range(int(grid[0])):
+        start = int(cu[r])
+        n = int(a["seq_lens"][r]) if "seq_lens" in a else int(cu[r + 1]) - start
+        if len(grid) > 1:
+            n = min(n, int(grid[1]) * block)
         if n <= 0:
             continue
         t = torch.arange(n, device=page_indices.device)
-        ids = flat_table[r * int(stride) + t // k]
-        start = int(cu_num_tokens[r])
-        page_indices[start:start + n] = (ids * k + t % k).to(page_indices.dtype)
+        p = t
+        if a.get("CLAMP_TAIL"):
+            p = torch.where(t < int(a["num_real_tokens"][r]), t, torch.zeros_like(t))
+        if a.get("HAS_START_OFFSETS"):
+            p = p + int(a["start_offsets"][r])
+        ids = flat_table[r * stride_0 + (p // k) * stride_1]
+        page_indices[start:start + n] = (ids * k + p % k).to(page_indices.dtype)
 
 
 RENDERINGS = {"_expand_page_indices_kernel": _expand_page_indices_kernel}
+# The 0.27.0-0.28.0 parameter list, for callers that name a kernel without its function.
+_DEFAULT_PARAMS = {"_expand_page_indices_kernel": ("page_indices", "block_table", "block_table_stride",
+                                                   "cu_num_tokens", "seq_lens")}
 
 
-def launch(name: str, grid: Any, args: tuple, kwargs: dict) -> None:
+def launch(name: str, grid: Any, args: tuple, kwargs: dict, params: tuple[str, ...] | None = None) -> None:
+    """Run the rendering of kernel ``name``; ``params`` are the release kernel's parameter names, in order."""
     if name not in RENDERINGS:
         raise StubMissing(f"the release launches the Triton kernel {name}, which has no CPU rendering in the harness")
     grid = grid if isinstance(grid, tuple) else (grid,)
-    RENDERINGS[name](grid, args, kwargs)
+    names = params if params is not None else _DEFAULT_PARAMS[name]
+    bound = {**dict(zip(names, args)), **kwargs}
+    RENDERINGS[name](grid, bound)

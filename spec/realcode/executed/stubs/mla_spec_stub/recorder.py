@@ -38,26 +38,66 @@ def _scalar(x: Any) -> Any:
 def get_mla_metadata_info_v1(max_num_reqs, max_seqlen_qo, num_heads, q_dtype, kv_dtype, is_sparse=False,
                              fast_mode=True, **kwargs):
     """aiter/mla.py: the persistent buffers' sizes for (batch, qlen, heads); recorded, small buffers returned."""
-    STATE.events.append({"sizing": {"max_num_reqs": int(max_num_reqs), "max_seqlen_qo": int(max_seqlen_qo),
-                                    "num_heads": int(num_heads), "q_dtype": dtype_name(q_dtype),
-                                    "kv_dtype": dtype_name(kv_dtype), **{k: v for k, v in kwargs.items()
-                                                                         if isinstance(v, (int, bool))}}})
+    _event("sizing", {"max_num_reqs": int(max_num_reqs), "max_seqlen_qo": int(max_seqlen_qo),
+                      "num_heads": int(num_heads), "q_dtype": dtype_name(q_dtype), "kv_dtype": dtype_name(kv_dtype),
+                      **{k: v for k, v in kwargs.items() if isinstance(v, (int, bool))}})
     return tuple(((1,), torch.int32) for _ in range(6))
 
 
 def get_mla_metadata_v1(qo_indptr, kv_indptr, kv_last_page_len, num_heads_per_head_k, num_heads_k, is_causal,
                         *buffers, max_seqlen_qo=None, uni_seqlen_qo=-1, **kwargs):
     """aiter/mla.py: fills the work/reduce buffers for this batch; recorded."""
-    STATE.events.append({"metadata": {"num_heads": int(num_heads_per_head_k), "max_seqlen_qo": int(max_seqlen_qo),
-                                      "uni_seqlen_qo": int(uni_seqlen_qo), "is_causal": bool(is_causal),
-                                      "num_reqs": int(qo_indptr.numel() - 1)}})
+    _event("metadata", {"num_heads": int(num_heads_per_head_k), "max_seqlen_qo": int(max_seqlen_qo),
+                        "uni_seqlen_qo": int(uni_seqlen_qo), "is_causal": bool(is_causal),
+                        "num_reqs": int(qo_indptr.numel() - 1)})
+
+
+def _event(kind: str, data: dict[str, Any]) -> None:
+    """A ``{kind: data}`` event, or ``{"probe": name, kind + "_probe": data}`` when a release probe made it."""
+    probe = _probe_on_stack()
+    STATE.events.append({"probe": probe, f"{kind}_probe": data} if probe else {kind: data})
+
+
+def _keep(call: dict[str, Any]) -> None:
+    """Append ``call`` to the step's calls, or, when a release probe made it, to its events.
+
+    A probe is a release function in :data:`PROBES` on the call stack (0.34.0
+    ``_aiter_fp8_mla_decode_drops_v_scale`` L246-330 runs a tiny decode to
+    measure AITER); its calls are kept as ``{"probe": name, "call_probe": ...}``
+    events so the step's own kernel calls and sizing stay apart.
+    """
+    probe = _probe_on_stack()
+    if probe:
+        call["probe"] = probe
+        STATE.events.append({"probe": probe, "call_probe": call})
+    else:
+        STATE.calls.append(call)
+
+
+PROBES = ("_aiter_fp8_mla_decode_drops_v_scale",)
+
+
+def _probe_on_stack() -> str | None:
+    import sys
+
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_name in PROBES:
+            return frame.f_code.co_name
+        frame = frame.f_back
+    return None
 
 
 def mla_decode_fwd(q, kv_buffer, o, qo_indptr, kv_indptr, kv_indices, kv_last_page_lens, max_seqlen_q,
                    sm_scale=None, logit_cap=0.0, q_scale=None, kv_scale=None, work_meta_data=None, work_indptr=None,
                    work_info_set=None, reduce_indptr=None, reduce_final_map=None, reduce_partial_map=None,
                    causal=None, return_lse=False, **extra):
-    """aiter/mla.py ``mla_decode_fwd``: the ASM decode (persistent when vLLM passes work metadata)."""
+    """aiter/mla.py ``mla_decode_fwd``: the ASM decode (persistent when vLLM passes work metadata).
+
+    With ``return_lse`` (rocm_aiter_mla.py's DCP path, 0.29.0 L1942, 0.34.0
+    L3670) it returns ``(logits, lse)`` as AITER does; the LSE is the
+    replay kernel's, or an empty ``[rows, heads]`` fp32 tensor when only recording.
+    """
     call = {
         "entry": "mla_decode_fwd",
         "q_shape": list(q.shape), "q_dtype": dtype_name(q.dtype), "kv_dtype": dtype_name(kv_buffer.dtype),
@@ -67,16 +107,17 @@ def mla_decode_fwd(q, kv_buffer, o, qo_indptr, kv_indptr, kv_indices, kv_last_pa
         "causal": None if causal is None else bool(causal), "return_lse": bool(return_lse),
         "extra": sorted(extra),
     }
-    STATE.calls.append(call)
+    _keep(call)
     call["tensors"] = {"q": q, "o": o, "kv": kv_buffer, "kv_indptr": kv_indptr, "kv_indices": kv_indices,
                        "qo_indptr": qo_indptr}
     failure = _asm_failure(call)
     if failure:
         call["raised"] = failure[1]
         raise failure[0]
-    if STATE.kernel is not None:
-        return STATE.kernel("mla_decode_fwd", call)
-    return None
+    result = STATE.kernel("mla_decode_fwd", call) if STATE.kernel is not None else None
+    if return_lse and result is None:
+        return None, torch.empty(q.shape[0], q.shape[1], dtype=torch.float32, device=q.device)
+    return result
 
 
 def mla_gluon(q_nope, q_pe, kv_c, o, page_table, seq_info, sm_scale, k_pe=None, kv_pe_offset=512,
@@ -88,7 +129,7 @@ def mla_gluon(q_nope, q_pe, kv_c, o, page_table, seq_info, sm_scale, k_pe=None, 
         "kv_scale": _scalar(kv_scale), "q_scale": None, "sm_scale": _scalar(sm_scale),
         "min_kv_seq_len": int(min_kv_seq_len), "extra": sorted(extra),
     }
-    STATE.calls.append(call)
+    _keep(call)
     call["tensors"] = {"q_nope": q_nope, "q_pe": q_pe, "o": o, "kv": kv_c, "kv_indptr": seq_info,
                        "kv_indices": page_table}
     failure = _gluon_failure(call)
@@ -98,6 +139,22 @@ def mla_gluon(q_nope, q_pe, kv_c, o, page_table, seq_info, sm_scale, k_pe=None, 
     if STATE.kernel is not None:
         return STATE.kernel("mla_gluon", call)
     return None
+
+
+def vllm_triton_op(entry: str, q: torch.Tensor, kv: torch.Tensor, o: torch.Tensor | None, **fields: Any) -> Any:
+    """A launch of one of vLLM's own Triton ops (not AITER), recorded instead of run.
+
+    On a machine without a GPU the op cannot launch, so the call is kept like
+    an AITER one (``entry``, the query's shape and dtype, the KV dtype, and the
+    scalar ``fields`` the caller names: scales, qlen, splits, causal) and
+    :data:`STATE.kernel`, where set, fills ``o``.  No registry applies: the
+    kernel is vLLM's, not AITER's.
+    """
+    call = {"entry": entry, "q_shape": list(q.shape), "q_dtype": dtype_name(q.dtype), "kv_dtype": dtype_name(kv.dtype),
+            "persistent": False, **{k: _scalar(v) if isinstance(v, torch.Tensor) else v for k, v in fields.items()}}
+    _keep(call)
+    call["tensors"] = {"q": q, "o": o, "kv": kv}
+    return STATE.kernel(entry, call) if STATE.kernel is not None else None
 
 
 def _asm_failure(call: dict[str, Any]) -> tuple[BaseException, str] | None:

@@ -7,14 +7,14 @@ predicates it calls (``use_dflash``, ``uses_draft_model``, ...) are the
 release's own methods of ``SpeculativeConfig``, executed from its tree where
 the release defines them; 0.34.0 moved the answer to per-method
 ``SpeculatorConfig`` classes, which the harness reads the same way
-(:func:`_speculator_slots`).
+(:mod:`mla_spec_stub.speculator`, ``speculator_config``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from mla_spec_stub import STATE, class_method_defs
+from mla_spec_stub import STATE, class_method_defs, speculator
 
 _METHODS = ("max_num_new_slots_for_drafting", "use_dflash", "use_dspark", "uses_draft_model", "use_eagle",
             "use_ngram")
@@ -25,6 +25,13 @@ class SpeculativeConfig:
         self.method = method
         self.num_speculative_tokens = num_speculative_tokens
         self.parallel_drafting = parallel_drafting
+
+    @property
+    def speculator_config(self) -> Any:
+        """0.34.0+ (vllm/config/speculative.py L1419-1422): the per-method SpeculatorConfig."""
+        if not speculator.defines_speculators():
+            raise AttributeError("speculator_config (this release has no SpeculatorConfig)")
+        return speculator.speculator_config(self)
 
 
 def _install() -> None:

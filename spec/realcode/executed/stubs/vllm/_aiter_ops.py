@@ -34,3 +34,12 @@ class rocm_aiter_ops:
 
 def is_aiter_found_and_supported() -> bool:
     return True
+
+
+# Appended for ``mla-spec vllm-tests`` (the shipped tests import it): ``is_aiter_found``
+# (vllm/_aiter_ops.py 0.34.0 L113-116), the release's own function where it defines one;
+# it asks ``find_spec("aiter")``, which the stubs' import guard answers with the stub aiter.
+from mla_spec_stub import STATE as _STATE  # noqa: E402
+
+if _STATE.tree is not None and "def is_aiter_found(" in (_STATE.tree / "vllm/_aiter_ops.py").read_text():
+    release_defs("vllm/_aiter_ops.py", ("is_aiter_found",), globals())

@@ -15,13 +15,16 @@ if kernels.use_real_triton():
     import triton.language as tl  # noqa: F401
 else:
 
+    import inspect
+
     class _Jitted:
         def __init__(self, fn):
             self.fn = fn
             self.__name__ = fn.__name__
+            self.params = tuple(inspect.signature(fn).parameters)
 
         def __getitem__(self, grid):
-            return lambda *args, **kwargs: kernels.launch(self.fn.__name__, grid, args, kwargs)
+            return lambda *args, **kwargs: kernels.launch(self.fn.__name__, grid, args, kwargs, self.params)
 
     class _Triton:
         @staticmethod

@@ -23,6 +23,13 @@ class _RocmPlatform:
     def get_device_name(self, device_id: int = 0) -> str:
         return {"gfx942": "AMD Instinct MI300X", "gfx950": "AMD Instinct MI355X"}[STATE.arch]
 
+    def num_compute_units(self, device_id: int = 0) -> int:
+        """vllm/platforms/rocm.py: the device's CU count (MI300X 304, MI355X 256).
+
+        Read by rocm_aiter_mla.py 0.33.0+ to cap Triton split counts (0.34.0 L1413, L2700).
+        """
+        return {"gfx942": 304, "gfx950": 256}[STATE.arch]
+
     def __getattr__(self, name: str):
         raise AttributeError(f"the release reaches current_platform.{name}, which the harness does not stub")
 

@@ -26,6 +26,11 @@ class AttentionSpec:
     dcp_sharded: bool = False
     non_causal_multi_token_decode: bool = False
 
+    @property
+    def page_size_bytes(self) -> int:
+        """MLAAttentionSpec's page: ``block_size`` tokens of one latent head (0.34.0 L598-612, unpadded)."""
+        return self.block_size * self.num_kv_heads * self.head_size * self.dtype.itemsize
+
 
 KVCacheSpec = AttentionSpec
 

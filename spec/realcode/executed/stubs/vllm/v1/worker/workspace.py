@@ -1,7 +1,9 @@
 """Stub ``vllm.v1.worker.workspace`` (vllm/v1/worker/workspace.py): a manager that hands out zeroed scratch.
 
 Reached only on paths the harness does not drive (prefill); decode reaches it
-in 0.33+ for the Triton verify workspace.
+in 0.33+ for the Triton verify workspace (0.34.0 L531-546, L3366-3369).  As
+vLLM's shared workspace does, it hands out uninitialised storage: reservations
+(whose result the release drops) cost no memory traffic.
 """
 
 import torch
@@ -13,7 +15,7 @@ __getattr__ = strict("vllm.v1.worker.workspace")
 
 class _Workspace:
     def get_simultaneous(self, *specs):
-        return [torch.zeros(shape, dtype=dtype) for shape, dtype in specs]
+        return [torch.empty(shape, dtype=dtype) for shape, dtype in specs]
 
     def reserve_simultaneous(self, *specs):
         return None

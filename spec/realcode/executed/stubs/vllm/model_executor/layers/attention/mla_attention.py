@@ -15,7 +15,18 @@ attention/mla_attention.py, 0.27.0-0.34.0):
   release's signature takes it, 0.34.0 L2913) and wraps the result in
   ``metadata_cls`` (L2345-2360).  Non-causal decode raises as L2244 does when
   the builder does not support it.
-* ``MLACommonImpl.__init__`` keeps the MLA dims and the kv cache dtype.
+* From 0.33.0 the builder also reads ``mla_dims`` (an ``MLADims`` of the
+  layer's dims), ``q_data_type`` (the model dtype: prefill query quantisation
+  is off by default, ``determine_prefill_query_data_type`` 0.34.0 L2562-2604)
+  and, 0.34.0, ``_prefill_backend`` (a clone of the layer's prefill backend,
+  L2708; the harness's is the plain :class:`PrefillBackend`).
+* ``MLACommonImpl.__init__`` keeps the MLA dims and the kv cache dtype, and
+  the DCP world size and rank ``AttentionImpl.__new__`` sets from
+  ``get_dcp_group()`` (vllm/v1/attention/backend.py 0.29.0 L837-858, 0.34.0
+  L831-856; read by AiterMLAImpl from 0.29.0, e.g. L1429).
+* ``init_mla_context_partial``/``accumulate_mla_context_chunk`` (imported
+  0.33.0 L19; chunked-prefill context, 0.34.0 L3029/L3056) are prefill-only:
+  reaching one is a harness fault.
 """
 
 import enum
@@ -25,7 +36,7 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
-from mla_spec_stub import strict
+from mla_spec_stub import StubMissing, strict
 from vllm.v1.attention.backend import AttentionMetadataBuilder
 
 __getattr__ = strict("vllm.model_executor.layers.attention.mla_attention")
@@ -35,6 +46,34 @@ class QueryLenSupport(enum.Enum):
     SINGLE_ONLY = "single_only"
     UNIFORM = "uniform"
     VARLEN = "varlen"
+
+
+@dataclass
+class MLADims:
+    q_lora_rank: Any
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+
+class PrefillBackend:
+    """The layer's default MLA prefill backend as the builder sees it: cloned, never run on decode."""
+
+    def clone(self) -> "PrefillBackend":
+        return PrefillBackend()
+
+
+def _prefill_only(name):
+    def refuse(*args, **kwargs):
+        raise StubMissing(f"the release reaches the prefill helper {name}, which the harness does not drive")
+
+    refuse.__name__ = name
+    return refuse
+
+
+init_mla_context_partial = _prefill_only("init_mla_context_partial")
+accumulate_mla_context_chunk = _prefill_only("accumulate_mla_context_chunk")
 
 
 class MLACommonBackend:
@@ -100,6 +139,11 @@ class MLACommonMetadataBuilder(AttentionMetadataBuilder, Generic[M]):
         self.device = device
         self.non_causal_multi_token_decode = getattr(kv_cache_spec, "non_causal_multi_token_decode", False)
         self.num_heads = self.model_config.num_heads_per_rank
+        layer = self.compilation_config.static_forward_context[layer_names[0]]
+        self.mla_dims = MLADims(layer.q_lora_rank, layer.kv_lora_rank, layer.qk_nope_head_dim,
+                                layer.qk_rope_head_dim, layer.v_head_dim)
+        self.q_data_type = self.model_config.dtype
+        self._prefill_backend = PrefillBackend()
         self.dcp_world_size = vllm_config.parallel_config.decode_context_parallel_size
         self.cp_kv_cache_interleave_size = vllm_config.parallel_config.cp_kv_cache_interleave_size
         self.dcp_local_block_size = self.cp_kv_cache_interleave_size
@@ -154,3 +198,8 @@ class MLACommonImpl(Generic[M]):
         self.v_head_dim = v_head_dim
         self.kv_b_proj = kv_b_proj
         self.q_pad_num_heads = q_pad_num_heads
+        from vllm.distributed import get_dcp_group
+
+        self.dcp_world_size = get_dcp_group().world_size
+        self.dcp_rank = get_dcp_group().rank_in_group
+        self.need_to_return_lse_for_decode = self.dcp_world_size > 1
