@@ -377,3 +377,6 @@ main.add_command(conform_command)
 from conformance.cmd_diff import diff_command  # noqa: E402
 
 main.add_command(diff_command)
+from conformance.cmd_vllm_tests import vllm_tests_command  # noqa: E402
+
+main.add_command(vllm_tests_command)
