@@ -51,6 +51,39 @@ def reorder_batch_threshold(s: Any, supports_dcp_with_varlen: Any = False) -> An
     return if_then_else(all_of(s.dcp_world_size > 1, not_(supports_dcp_with_varlen)), 1, rbt)
 
 
+def reorder_batch_threshold_031(s: Any, supports_dcp_with_varlen: Any = False) -> Any:
+    """``_init_reorder_batch_threshold`` of vLLM 0.31.0-0.33.0 with the V2 model runner.
+
+    The threshold is ``max_decode_query_len`` (0.31.0 vllm/v1/attention/backend.py
+    L569-586): ``1 + k``, plus ``k`` more for a parallel drafter only on the V1
+    model runner.  V2 is the default (``VllmConfig.use_v2_model_runner``,
+    0.31.0 vllm/config/vllm.py L701-760) unless ``VLLM_USE_V2_MODEL_RUNNER=0``,
+    Triton is missing, V2 lacks a feature, or on ROCm the architecture is one
+    of DeepseekV32/DeepseekV4/GlmMoeDsa (L75-77); those deployments keep
+    0.30's ``1 + 2k`` and are outside this revision's scope.
+    """
+    rbt = if_then_else(spec_configured(s), maximum(1 + s.num_spec_tokens, 1), 1)
+    return if_then_else(all_of(s.dcp_world_size > 1, not_(supports_dcp_with_varlen)), 1, rbt)
+
+
+def reorder_batch_threshold_034(s: Any, supports_dcp_with_varlen: Any = False) -> Any:
+    """``_init_reorder_batch_threshold`` of vLLM 0.34.0 (vllm/v1/attention/backend.py L652-683).
+
+    The spec-as-decode threshold is ``max_decode_query_len`` (L565-583):
+    ``1 + k + max_num_new_slots_for_drafting``, which the speculator configs set
+    to 1 for ``draft_model`` (vllm/v1/worker/gpu/spec_decode/standalone_ar/config.py
+    L24-26) and 0 for every other method (speculator_config.py L128-130).  A
+    parallel drafter (dflash, dspark) no longer doubles k: it drafts in a
+    separate query pass.  Forced to 1 under DCP as before.  Found by the
+    executed differential (docs/fidelity.md): 0.34's revision had kept 0.28's
+    ``1 + 2k``.
+    """
+    k = s.num_spec_tokens
+    drafted = 1 + k + if_then_else(eq(s.spec_method, "draft_model"), 1, 0)
+    rbt = if_then_else(spec_configured(s), maximum(drafted, 1), 1)
+    return if_then_else(all_of(s.dcp_world_size > 1, not_(supports_dcp_with_varlen)), 1, rbt)
+
+
 def dcp_decode_heads(s: Any) -> Any:
     """``_decode_num_heads`` of vLLM >= 0.29: heads per rank times the DCP size."""
     return product(s.dcp_world_size, s.num_heads, a_hint=DCP_WORLD_SIZES)

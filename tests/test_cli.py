@@ -64,7 +64,8 @@ def test_list_json_names_every_revision_registry_and_invariant():
     out = run("list", "--format", "json")
     assert out.returncode == 0
     data = json.loads(out.stdout)
-    assert [r["id"] for r in data["revisions"]] == ["vllm-0.27", "main-pre-51011", "vllm-0.28", "vllm-0.34"]
+    assert [r["id"] for r in data["revisions"]] == ["vllm-0.27", "main-pre-51011", "vllm-0.28", "vllm-0.29", "vllm-0.30",
+                                                    "vllm-0.31", "vllm-0.33", "vllm-0.34"]
     assert [r["id"] for r in data["registries"]] == ["aiter-0.1.19", "aiter-0.1.20"]
     assert "total" in [i["id"] for i in data["invariants"]]
 

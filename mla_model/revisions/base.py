@@ -7,8 +7,8 @@ revision is one new module that builds a :class:`Revision`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
 
 Rule = tuple[str, Callable[[Any], Any]]  # (name, shape -> term)
 
@@ -34,6 +34,9 @@ class Revision:
     reorder_batch_threshold: Callable[[Any], Any]
     is_valid_num_heads: Callable[[Any], Any]
     scope: Callable[[Registry], list[Rule]] = lambda reg: []
+    # The model's gate functions under vLLM's names, for bind's bounded comparison (revisions built from a
+    # shared module set these; otherwise bind finds them in the route's module).
+    gates: Mapping[str, Callable[..., Any]] = field(default_factory=dict, hash=False, compare=False)
 
     def rules(self, reg: Registry) -> list[Rule]:
         """Engine rules, this revision's head validity and the modelled scope."""

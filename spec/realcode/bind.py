@@ -38,6 +38,7 @@ from spec.realcode.symexec import LiftingUnsupported
 
 # Release -> the model revision that claims to describe it.
 MODEL_OF_RELEASE = {release.rsplit(".", 1)[0]: model for model, release in RELEASE_OF_REVISION.items()}
+MODEL_OF_RELEASE["0.32"] = "vllm-0.31"  # 0.32.0's predicates and gate are 0.31.0's (vllm_releases.md §2)
 ROUTE_FIELDS = ("path", "use_gluon_decode", "use_gluon_verify", "use_persistent_metadata",
                 "wants_persistent_metadata", "mtp_decode_qlen", "decode_heads")
 BOX_HEADS = range(1, 257)
@@ -109,8 +110,10 @@ def _concrete_difference(name: str, shape: Shape, real: Revision, model: Revisio
 
 
 def _model_function(model_id: str, name: str) -> Any:
-    module = inspect.getmodule(get_revision(model_id).route)
-    return getattr(module, name, None)
+    revision = get_revision(model_id)
+    if name in revision.gates:
+        return revision.gates[name]
+    return getattr(inspect.getmodule(revision.route), name, None)
 
 
 def _box(params: tuple[str, ...]) -> tuple[list[str], Iterator[tuple]]:

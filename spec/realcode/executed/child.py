@@ -147,7 +147,10 @@ class Step:
             builder = self.module.AiterMLAMetadataBuilder(kv_spec, [LAYER], vllm_config, device)
             out["threshold"] = builder.reorder_batch_threshold
             out["mtp_decode_qlen"] = getattr(builder, "_mtp_decode_qlen", None)
-            out["sizing"] = next((e["sizing"] for e in st.events if "sizing" in e), None)
+            # The buffers cover the largest qlen any sizing call asked for (0.34.0 sizes per qlen and
+            # keeps the per-dimension maximum, _max_mla_metadata_info L113-124).
+            sizings = [e["sizing"] for e in st.events if "sizing" in e]
+            out["sizing"] = max(sizings, key=lambda z: z["max_seqlen_qo"]) if sizings else None
             helper = self.module.AiterMLAHelper
             out["valid_heads"] = bool(helper.is_valid_num_heads(shape.num_heads))
             out["admitted"] = 1 <= shape.max_qo_len <= (builder.reorder_batch_threshold or 1)

@@ -102,7 +102,10 @@ def vllm_config(shape: Shape, options: dict[str, Any]) -> tuple[Any, Any]:
         compilation_config=Bag("compilation_config", cudagraph_mode=_CudagraphMode(shape.full_cudagraph),
                                static_forward_context={"model.layers.0.self_attn.attn": layer}),
         speculative_config=speculative_config(shape),
-        use_v2_model_runner=bool(options.get("use_v2_model_runner", False)),
+        # VllmConfig.use_v2_model_runner (0.31.0 vllm/config/vllm.py L701-760): V2 unless the env knob says
+        # otherwise, Triton is missing, V2 lacks a feature, or the ROCm architecture is DeepseekV32/V4 or
+        # GlmMoeDsa; the harness takes that default, and the option stands for the exceptions.
+        use_v2_model_runner=bool(options.get("use_v2_model_runner", True)),
     )
     vllm.config._current = config
     return config, spec
