@@ -14,12 +14,16 @@ import os
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
 from mla_model.shape import Shape
 from spec.realcode.source import RELATIVE_PATH, SourceError, is_release, release_tree, tree_of
+
+
+CHUNK_MIN = 250  # shapes below which a second child costs more (its ~1.5 s start) than it saves
 
 
 class HarnessError(RuntimeError):
@@ -52,12 +56,30 @@ def release_code(spec: str, tree: str | Path | None = None) -> ReleaseCode:
 
 def execute(code: ReleaseCode, shapes: Iterable[Shape], registry_id: str = "aiter-0.1.20",
             options: dict[str, Any] | None = None, seed: int = 0, timeout: float = 1800) -> list[dict[str, Any]]:
-    """One record per shape (see :mod:`spec.realcode.executed.child`), in order."""
+    """One record per shape (see :mod:`spec.realcode.executed.child`), in order.
+
+    Large batches are split over one child per core; shape ``i`` is seeded
+    ``seed + i`` whichever child runs it, so the records do not depend on the split.
+    """
+    shapes = list(shapes)
+    workers = max(1, min(os.cpu_count() or 1, len(shapes) // CHUNK_MIN))
+    bounds = [len(shapes) * w // workers for w in range(workers + 1)]
+    chunks = [(shapes[a:b], seed + a) for a, b in zip(bounds, bounds[1:])]
+    if len(chunks) == 1:
+        return _run_child(code, chunks[0][0], registry_id, options, chunks[0][1], timeout)
+    with ThreadPoolExecutor(len(chunks)) as pool:
+        parts = list(pool.map(lambda c: _run_child(code, c[0], registry_id, options, c[1], timeout), chunks))
+    return [row for part in parts for row in part]
+
+
+def _run_child(code: ReleaseCode, shapes: list[Shape], registry_id: str, options: dict[str, Any] | None,
+               seed: int, timeout: float) -> list[dict[str, Any]]:
     request = {"file": str(code.file), "tree": str(code.tree) if code.tree else None, "registry": registry_id,
                "shapes": [s.to_json() for s in shapes], "options": options or {}, "seed": seed}
     with tempfile.TemporaryDirectory(prefix="mla-spec-exec-") as scratch:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "AITER_"))}
         env["PYTHONDONTWRITEBYTECODE"] = "1"
+        env.setdefault("OMP_NUM_THREADS", "1")  # small tensors: one thread per child, children side by side
         proc = subprocess.run([sys.executable, "-m", "spec.realcode.executed.child"], input=json.dumps(request),
                               capture_output=True, text=True, cwd=scratch, env=env, timeout=timeout)
     rows, done = [], False

@@ -9,6 +9,7 @@ fails from, and the list the recorder appends kernel calls to.
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,20 +75,21 @@ class Bag:
         raise StubMissing(f"the release reads {self._name}.{name}, which the harness does not set")
 
 
-def release_defs(relpath: str, names: tuple[str, ...], namespace: dict[str, Any]) -> None:
-    """Execute the release's own top-level definitions ``names`` of ``relpath`` into ``namespace``.
-
-    Used where a stub stands for vLLM code whose behaviour we must not restate
-    (the reorder threshold, ``is_quantized_kv_cache``): the definitions are cut
-    out of the release tree's file with ``ast`` and run here, unchanged.
-    """
+@functools.lru_cache(maxsize=None)
+def _parsed(relpath: str) -> tuple[Path, ast.Module]:
+    """The release tree's file, parsed once per child (the tree does not change under a child)."""
     if STATE.tree is None:
         raise StubMissing(f"no release tree to read {relpath} from (pass a vLLM tree or a release version)")
     path = STATE.tree / relpath
     try:
-        tree = ast.parse(path.read_text())
+        return path, ast.parse(path.read_text())
     except OSError as e:
         raise StubMissing(f"the release tree has no readable {relpath}: {e}") from None
+
+
+@functools.lru_cache(maxsize=None)
+def _top_level_code(relpath: str, names: tuple[str, ...]) -> Any:
+    path, tree = _parsed(relpath)
     wanted = {}
     for node in tree.body:
         name = getattr(node, "name", None)
@@ -100,8 +102,31 @@ def release_defs(relpath: str, names: tuple[str, ...], namespace: dict[str, Any]
     missing = [n for n in names if n not in wanted]
     if missing:
         raise StubMissing(f"{relpath} of this release defines no {', '.join(missing)}")
-    module = ast.Module(body=[wanted[n] for n in names], type_ignores=[])
-    exec(compile(module, str(path), "exec"), namespace)
+    return compile(ast.Module(body=[wanted[n] for n in names], type_ignores=[]), str(path), "exec")
+
+
+def release_defs(relpath: str, names: tuple[str, ...], namespace: dict[str, Any]) -> None:
+    """Execute the release's own top-level definitions ``names`` of ``relpath`` into ``namespace``.
+
+    Used where a stub stands for vLLM code whose behaviour we must not restate
+    (the reorder threshold, ``is_quantized_kv_cache``): the definitions are cut
+    out of the release tree's file with ``ast`` and run here, unchanged.
+    """
+    exec(_top_level_code(relpath, tuple(names)), namespace)
+
+
+@functools.lru_cache(maxsize=None)
+def _method_codes(relpath: str, class_name: str, names: tuple[str, ...], optional: bool) -> dict[str, Any]:
+    path, tree = _parsed(relpath)
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            found = {f.name: f for f in node.body if isinstance(f, ast.FunctionDef) and f.name in names}
+            missing = [n for n in names if n not in found]
+            if missing and not optional:
+                raise StubMissing(f"{relpath}:{class_name} of this release defines no {', '.join(missing)}")
+            return {name: compile(ast.Module(body=[fn], type_ignores=[]), str(path), "exec")
+                    for name, fn in found.items()}
+    raise StubMissing(f"{relpath} of this release defines no class {class_name}")
 
 
 def class_method_defs(relpath: str, class_name: str, names: tuple[str, ...], namespace: dict[str, Any],
@@ -112,24 +137,9 @@ def class_method_defs(relpath: str, class_name: str, names: tuple[str, ...], nam
     result can be set on a stub class as it is.  With ``optional``, names the
     release does not define are left out instead of refused.
     """
-    if STATE.tree is None:
-        raise StubMissing(f"no release tree to read {relpath} from (pass a vLLM tree or a release version)")
-    path = STATE.tree / relpath
-    try:
-        tree = ast.parse(path.read_text())
-    except OSError as e:
-        raise StubMissing(f"the release tree has no readable {relpath}: {e}") from None
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == class_name:
-            found = {f.name: f for f in node.body if isinstance(f, ast.FunctionDef) and f.name in names}
-            missing = [n for n in names if n not in found]
-            if missing and not optional:
-                raise StubMissing(f"{relpath}:{class_name} of this release defines no {', '.join(missing)}")
-            out = {}
-            for name, fn in found.items():
-                scratch: dict[str, Any] = {}
-                module = ast.Module(body=[fn], type_ignores=[])
-                exec(compile(module, str(path), "exec"), namespace, scratch)
-                out[name] = scratch[name]
-            return out
-    raise StubMissing(f"{relpath} of this release defines no class {class_name}")
+    out = {}
+    for name, code in _method_codes(relpath, class_name, tuple(names), optional).items():
+        scratch: dict[str, Any] = {}
+        exec(code, namespace, scratch)
+        out[name] = scratch[name]
+    return out

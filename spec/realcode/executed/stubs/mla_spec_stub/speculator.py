@@ -14,9 +14,10 @@ found by following the class's bases through the files that define them.
 from __future__ import annotations
 
 import ast
+import functools
 from typing import Any, Literal, get_args  # noqa: F401  (Literal: read by the release's MTPModelTypes)
 
-from mla_spec_stub import STATE, StubMissing, class_method_defs, release_defs
+from mla_spec_stub import STATE, StubMissing, _parsed, class_method_defs, release_defs
 
 _CONFIG = "vllm/v1/worker/gpu/spec_decode/speculator_config.py"
 _PROPERTY = "max_num_new_slots_for_drafting"
@@ -26,6 +27,7 @@ def defines_speculators() -> bool:
     return (STATE.tree / _CONFIG).is_file()
 
 
+@functools.lru_cache(maxsize=1)
 def _tables() -> dict[str, Any]:
     ns: dict[str, Any] = {"Literal": Literal}
     release_defs(_CONFIG, ("_PKG", "_builtin", "_CONFIG_BY_METHOD"), ns)
@@ -38,9 +40,10 @@ def _relpath(qualname: str) -> tuple[str, str]:
     return module.replace(".", "/") + ".py", name
 
 
+@functools.lru_cache(maxsize=None)
 def _property(relpath: str, class_name: str) -> Any:
     """The release's ``max_num_new_slots_for_drafting`` as ``class_name`` in ``relpath`` inherits it."""
-    tree = ast.parse((STATE.tree / relpath).read_text())
+    _, tree = _parsed(relpath)
     imported = {a.asname or a.name: n.module for n in tree.body if isinstance(n, ast.ImportFrom) and n.module
                 for a in n.names}
     for node in tree.body:
