@@ -165,15 +165,24 @@ def _report(results: list[CheckResult], fmt: str) -> None:
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--max-classes", type=click.IntRange(min=1), default=3, show_default=True)
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=DEFAULT_TIMEOUT_MS / 1000, show_default=True)
-def audit_command(vllm_flag, releases, registries, invariants, fmt, max_classes, timeout) -> None:
-    """Prove the invariants on the real gates of several vLLM releases: release x invariant."""
+@click.option("--executed", "count", type=click.IntRange(min=0), default=2000, show_default=True,
+              help="Random valid shapes for each release's executed differential against its model revision "
+                   "(besides the solver-found cases); 0 skips it.")
+def audit_command(vllm_flag, releases, registries, invariants, fmt, max_classes, timeout, count) -> None:
+    """Prove the invariants on the real gates of several vLLM releases (release x invariant), and run each
+    release's real decode path against the model revision that describes it."""
     targets = [_real(r) for r in releases]
     results = _run_checks(targets, registries or ("aiter-0.1.20",), invariants or list(INVARIANT_BY_ID),
                           max_classes, timeout)
+    executed = _executed_all(releases, count) if count else {}
+    disagree = any(e is not None and e.disagreements for e in executed.values())
     if fmt == "json":
-        _report(results, fmt)  # prints the JSON and exits
+        click.echo(json.dumps({"results": [r.to_json() for r in results],
+                               "executed": {label: e.to_json() if e else None for label, e in executed.items()}},
+                              indent=2))
+        sys.exit(EXIT_VIOLATED) if disagree else _exit_for(results)
     labels = list(dict.fromkeys((r.revision, r.registry) for r in results))
-    console = Console(highlight=False, width=max(80, 30 + 9 * len(labels)))
+    console = Console(highlight=False, width=max(80, 34 + 12 * len(labels)))
     table = Table(title="mla-spec audit: real gates of each release (✓ proved, ✗ n: violated in n classes)")
     table.add_column("invariant", style="bold", no_wrap=True)
     for rev, reg in labels:
@@ -182,8 +191,45 @@ def audit_command(vllm_flag, releases, registries, invariants, fmt, max_classes,
     by_key = {(r.revision, r.registry, r.invariant): r for r in results}
     for inv in dict.fromkeys(r.invariant for r in results):
         table.add_row(inv, *[_short(by_key[(rev, reg, inv)]) for rev, reg in labels])
+    if executed:
+        table.add_row("[italic]executed vs model[/]", *[_executed_cell(executed.get(rev)) for rev, _ in labels],
+                      end_section=False)
     console.print(table)
+    if executed:
+        console.print("executed vs model: the release's real decode path against its model revision, "
+                      "as disagreements / shapes (mla-spec bind shows them)")
+    if disagree:
+        sys.exit(EXIT_VIOLATED)
     _exit_for(results)
+
+
+def _executed_all(releases: tuple[str, ...], count: int) -> dict[str, Any]:
+    from spec.realcode.bind import default_model, executed_comparison
+    from spec.realcode.executed.harness import HarnessError
+    from spec.realcode.source import SourceError
+
+    out: dict[str, Any] = {}
+    for spec in releases:
+        label = spec if spec.startswith("vllm==") else f"vllm=={spec}" if is_release_spec(spec) else spec
+        model = default_model(label)
+        try:
+            out[label] = executed_comparison(spec, model, count) if model else None
+        except (SourceError, HarnessError) as e:
+            raise BadInput(str(e)) from None
+    return out
+
+
+def is_release_spec(spec: str) -> bool:
+    from spec.realcode.source import is_release
+
+    return is_release(spec)
+
+
+def _executed_cell(e: Any) -> str:
+    if e is None:
+        return "[dim]no model[/]"
+    n = len(e.disagreements)
+    return f"[{'red' if n else 'green'}]{n}/{e.shapes:,}[/]"
 
 
 def _short(r: CheckResult) -> str:
