@@ -168,6 +168,9 @@ def judge(row: dict[str, Any]) -> dict[str, Any]:
             out.update(status="SKIP", detail=f"max_qo_len {row['shape']['max_qo_len']} is above the release's "
                                              f"reorder_batch_threshold {row.get('threshold')}: not a decode step")
         return out
+    if outcome == "harness_fault":
+        out.update(status="SKIP", detail=f"harness fault, not the release: {row.get('error')}")
+        return out
     missing = [c["replay"]["no_stand_in"] for c in calls if (c.get("replay") or {}).get("no_stand_in")]
     if missing:
         out.update(status="SKIP", detail=missing[0])
@@ -197,7 +200,7 @@ def judge(row: dict[str, Any]) -> dict[str, Any]:
 
 def _call_summary(call: dict[str, Any]) -> dict[str, Any]:
     keep = ("entry", "kernel", "q_shape", "q_dtype", "kv_dtype", "q_scale", "kv_scale", "max_seqlen_q",
-            "persistent", "num_rows", "raised", "head_map", "replay")
+            "persistent", "num_rows", "raised", "head_map", "replay", "computed_by")
     return {k: call[k] for k in keep if k in call}
 
 

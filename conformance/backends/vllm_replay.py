@@ -125,6 +125,7 @@ def _triton_attend(q: torch.Tensor, kv_rows: torch.Tensor, indptr: torch.Tensor,
 
 
 _TRITON: list[Any] = []
+_TRITON_MISSING: list[str] = []  # why AITER's Triton decode could not be loaded, where it could not
 
 
 def _load_triton() -> Any:
@@ -134,21 +135,26 @@ def _load_triton() -> Any:
     kernel = None
     guard = [f for f in sys.meta_path if type(f).__name__ == "StubsOnly"]
     stubbed = {n: m for n, m in sys.modules.items() if n == "aiter" or n.startswith("aiter.")}
+    stub_paths = [p for p in sys.path if p.endswith("stubs")]  # the harness's stub folder shadows the wheel
     try:
         for f in guard:
             sys.meta_path.remove(f)
         for n in stubbed:
             del sys.modules[n]
+        for p in stub_paths:
+            sys.path.remove(p)
         from conformance.backends.aiter_triton import load_kernel
 
         load_kernel.cache_clear()
         kernel = load_kernel()
-    except Exception:  # noqa: BLE001 - no wheel, no Triton, no GPU: torch does the arithmetic
+    except Exception as e:  # noqa: BLE001 - no wheel, no Triton, no GPU: torch does the arithmetic
         kernel = None
+        _TRITON_MISSING.append(f"{type(e).__name__}: {e}"[:200])
     finally:
         for n in [n for n in sys.modules if n == "aiter" or n.startswith("aiter.")]:
             del sys.modules[n]
         sys.modules.update(stubbed)
+        sys.path[:0] = stub_paths
         for f in reversed(guard):
             sys.meta_path.insert(0, f)
     _TRITON.append(kernel)
@@ -163,6 +169,8 @@ def _compute(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, indptr: torch.Te
             info["compute"] = "aiter-triton decode_attention_fwd_grouped_rope"
             return out
     info["compute"] = f"torch float32 ({q.device.type})"
+    if q.device.type == "cuda" and _TRITON_MISSING:
+        info["aiter_triton_unavailable"] = _TRITON_MISSING[0]
     return _attend_rows(q, k, v, indptr, indices, sm_scale)
 
 
@@ -233,6 +241,10 @@ def _asm(call: dict[str, Any], t: dict[str, Any], st: Any, info: dict[str, Any])
 
 def _gluon(call: dict[str, Any], t: dict[str, Any], st: Any, info: dict[str, Any]) -> None:
     q_nope, q_pe, o, kv = t["q_nope"], t["q_pe"], t["o"], t["kv"]
+    if q_nope.dim() == 4:  # native multi-token verify (0.29+): [requests, qlen, heads, dim], one seq_info entry each
+        q_nope, q_pe, o = q_nope.flatten(0, 1), q_pe.flatten(0, 1), o.flatten(0, 1)
+        if o.data_ptr() != t["o"].data_ptr():
+            raise ValueError("the 4-D Gluon output is not contiguous: cannot write through a flattened view")
     qf = torch.cat([read_as_kernel(q_nope, st.arch, info, "q_nope"), read_as_kernel(q_pe, st.arch, info, "q_pe")],
                    dim=-1)
     kvf = read_as_kernel(kv, st.arch, info, "kv").reshape(-1, kv.shape[-1])
@@ -260,6 +272,33 @@ def _gluon(call: dict[str, Any], t: dict[str, Any], st: Any, info: dict[str, Any
     info.update(rows_written=rows, rows_unwritten=0)
 
 
+def _triton_verify(call: dict[str, Any], t: dict[str, Any], st: Any, info: dict[str, Any]) -> None:
+    """vLLM 0.34.0's ``decode_attention_fwd_verify`` (triton_decode_attention.py L1338): causal verify of
+    ``qlen`` rows per request over a paged block table, the cache scaled by ``k_scale`` (scores and values)."""
+    q, o, kv = t["q"], t["o"], t["kv"]
+    qlen, page = int(call["max_seqlen_q"]), int(call["page_size"])
+    kvf = read_as_kernel(kv, st.arch, info, "kv").reshape(-1, kv.shape[-1])
+    kv_scale = _scale(call.get("kv_scale"), "kv_scale", info) if call["kv_dtype"] == "fp8" else 1.0
+    seq_lens = (t["real_seq_lens"] if t.get("real_seq_lens") is not None else t["seq_lens"]).long().tolist()
+    table = t["req_to_token"].long()
+    starts, tokens = [0], []
+    for b, n in enumerate(seq_lens):
+        pos = torch.arange(n, device=table.device)
+        tokens.append(table[b, pos // page] * page + pos % page)
+        starts.append(starts[-1] + n)
+    kv_indptr = torch.tensor(starts, device=o.device)
+    kv_indices = torch.cat(tokens) if tokens else table.new_zeros(0)
+    rows_of = [(b, r, qlen) for b in range(len(seq_lens)) for r in range(qlen)]
+    indptr, indices = _row_windows(kv_indptr, kv_indices, rows_of, True)
+    qf = read_as_kernel(q, st.arch, info, "q")
+    sm = float(call["sm_scale"])
+    out = _compute(qf, kvf * kv_scale, kvf[:, :V_HEAD_DIM] * kv_scale, indptr.to(o.device), indices.to(o.device),
+                   sm, True, info)
+    o.copy_(out.reshape(o.shape).to(o.dtype))
+    info.update(kv_scale=kv_scale, sm_scale=sm, scales="k_scale on scores and values", rows_written=len(rows_of),
+                rows_unwritten=0)
+
+
 def kernel(entry: str, call: dict[str, Any]) -> None:
     """Fill the recorded call's output ``o`` as the routed kernel would (the recorder has admitted the call)."""
     started = time.perf_counter()
@@ -273,6 +312,8 @@ def kernel(entry: str, call: dict[str, Any]) -> None:
         _asm(call, call["tensors"], st, info)
     elif entry == "mla_gluon":
         _gluon(call, call["tensors"], st, info)
+    elif entry == "decode_attention_fwd_verify":
+        _triton_verify(call, call["tensors"], st, info)
     else:
         info["no_stand_in"] = f"no stand-in for {entry}: output left as vLLM allocated it"
     if call["tensors"]["o"].is_cuda:

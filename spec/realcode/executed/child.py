@@ -180,6 +180,10 @@ class Step:
         except Exception as e:  # noqa: BLE001  (classified below; stub faults re-raised)
             if stub_fault(e):
                 raise
+            if isinstance(e, mla_spec_stub.StandInFault):
+                out["outcome"] = "harness_fault"
+                out["error"] = str(e)[:300]
+                return out
             raised = next((c["raised"] for c in st.calls if "raised" in c), None)
             out["outcome"] = f"aiter:{raised}" if raised else "vllm_raises"
             out["error"] = f"{type(e).__name__}: {e}"[:300]

@@ -19,6 +19,10 @@ class StubMissing(AttributeError):
     """The release reached a name the harness does not stub (named in the message)."""
 
 
+class StandInFault(RuntimeError):
+    """The kernel stand-in (:data:`State.kernel`) failed on a recorded call: the harness's fault, not vLLM's."""
+
+
 @dataclass
 class State:
     arch: str = "gfx950"

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from mla_spec_stub import STATE
+from mla_spec_stub import STATE, StandInFault
 
 _KV_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float8_e4m3fn: "fp8",
              torch.float8_e4m3fnuz: "fp8", torch.uint8: "fp8"}
@@ -114,7 +114,7 @@ def mla_decode_fwd(q, kv_buffer, o, qo_indptr, kv_indptr, kv_indices, kv_last_pa
     if failure:
         call["raised"] = failure[1]
         raise failure[0]
-    result = STATE.kernel("mla_decode_fwd", call) if STATE.kernel is not None else None
+    result = compute("mla_decode_fwd", call)
     if return_lse and result is None:
         return None, torch.empty(q.shape[0], q.shape[1], dtype=torch.float32, device=q.device)
     return result
@@ -136,25 +136,46 @@ def mla_gluon(q_nope, q_pe, kv_c, o, page_table, seq_info, sm_scale, k_pe=None, 
     if failure:
         call["raised"] = failure[1]
         raise failure[0]
-    if STATE.kernel is not None:
-        return STATE.kernel("mla_gluon", call)
+    return compute("mla_gluon", call)
     return None
 
 
-def vllm_triton_op(entry: str, q: torch.Tensor, kv: torch.Tensor, o: torch.Tensor | None, **fields: Any) -> Any:
-    """A launch of one of vLLM's own Triton ops (not AITER), recorded instead of run.
+def compute(entry: str, call: dict[str, Any], real: Any = None) -> Any:
+    """Fill the call's output: ``real()`` where the real kernel can run here, else the stand-in, if any.
 
-    On a machine without a GPU the op cannot launch, so the call is kept like
-    an AITER one (``entry``, the query's shape and dtype, the KV dtype, and the
-    scalar ``fields`` the caller names: scales, qlen, splits, causal) and
-    :data:`STATE.kernel`, where set, fills ``o``.  No registry applies: the
-    kernel is vLLM's, not AITER's.
+    A failure inside the stand-in is the harness's (:class:`StandInFault`), never
+    reported as vLLM raising.
+    """
+    if real is not None:
+        call["computed_by"] = "the release's own kernel"
+        try:
+            return real()
+        except Exception as e:  # noqa: BLE001  (a ROCm kernel on this machine's GPU: the harness's limit)
+            raise StandInFault(f"the release's own {entry} cannot run on this GPU: {type(e).__name__}: "
+                               f"{str(e).splitlines()[-1] if str(e) else ''}") from e
+    if STATE.kernel is None:
+        return None
+    try:
+        return STATE.kernel(entry, call)
+    except Exception as e:  # noqa: BLE001
+        raise StandInFault(f"the {entry} stand-in failed: {type(e).__name__}: {e}") from e
+
+
+def vllm_triton_op(entry: str, q: torch.Tensor, kv: torch.Tensor, o: torch.Tensor | None, tensors: Any = None,
+                   real: Any = None, **fields: Any) -> Any:
+    """A launch of one of vLLM's own Triton ops (not AITER), recorded.
+
+    The call is kept like an AITER one (``entry``, the query's shape and dtype,
+    the KV dtype, and the scalar ``fields`` the caller names: scales, qlen,
+    splits, causal).  Where a GPU and Triton exist, ``real`` (the release's own
+    op) computes ``o``; elsewhere :data:`STATE.kernel`, where set, does.  No
+    registry applies: the kernel is vLLM's, not AITER's.
     """
     call = {"entry": entry, "q_shape": list(q.shape), "q_dtype": dtype_name(q.dtype), "kv_dtype": dtype_name(kv.dtype),
             "persistent": False, **{k: _scalar(v) if isinstance(v, torch.Tensor) else v for k, v in fields.items()}}
     _keep(call)
-    call["tensors"] = {"q": q, "o": o, "kv": kv}
-    return STATE.kernel(entry, call) if STATE.kernel is not None else None
+    call["tensors"] = {"q": q, "o": o, "kv": kv, **(tensors or {})}
+    return compute(entry, call, real)
 
 
 def _asm_failure(call: dict[str, Any]) -> tuple[BaseException, str] | None:
