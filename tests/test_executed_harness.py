@@ -131,3 +131,16 @@ def test_the_harness_leaves_no_scratch_behind(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", None)
     execute(release_code("0.28.0"), [KIMI_K3_TP8_FP8])
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("mla-spec-exec-")]
+
+
+def test_every_counterexample_of_vllm_0_27_fails_in_0_27_1_as_check_predicts():
+    """Each solver-found counterexample, executed in 0.27.1: the outcome (ran / AITER's failure / vLLM
+    raising), path and kernel facts are the ones the model's failure order predicts for it."""
+    from spec.cases import generate
+
+    revision = get_revision("vllm-0.27")
+    cases = [c for c in generate("vllm-0.27") if "invariant " in c.origin]
+    assert len(cases) >= 20
+    result = differential(release_code("0.27.1"), revision, [c.shape for c in cases])
+    assert result.compared["outcome"] == len(cases)
+    assert not result.disagreements, [d.to_json() for d in result.disagreements[:5]]
