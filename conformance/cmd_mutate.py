@@ -1,9 +1,10 @@
-"""``mla-spec mutate``: the mutation score of the generated suite against the vllm-0.28 gates.
+"""``mla-spec mutate``: mutants of vLLM 0.28.0's real rocm_aiter_mla.py, our generated cases vs the shipped tests.
 
-Exit status: 0 when the generated cases kill every mutant that z3 does not
-prove equivalent; 1 when some mutant survives them (its witness shape is
-printed: the generator's gap); 3 when an equivalence proof timed out and
-nothing survived.
+See :mod:`spec.mutation`.  Exit status: 0 when our generated cases kill every
+mutant not proved equivalent; 1 when a mutant that is not equivalent survives
+them; 3 when the only survivors are ones whose equivalence is unknown; 2 for
+bad input (an unknown ``--mutant``, a release that cannot be fetched, or an
+unmutated release that already fails a suite).
 """
 
 from __future__ import annotations
@@ -15,58 +16,67 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from conformance.cli_common import EXIT_OK, EXIT_UNKNOWN, EXIT_VIOLATED, format_option, shape_summary
-from spec.mutation import DEFAULT_TIMEOUT_MS, REGISTRY_ID, REVISION_ID, UNKNOWN, MutantResult, MutationReport, score
+from conformance.cli_common import EXIT_OK, EXIT_UNKNOWN, EXIT_VIOLATED, BadInput, format_option
+from spec.mutation import DEFAULT_TIMEOUT_MS, REGISTRY_ID, REVISION_ID, UNKNOWN, MutantResult, MutationReport
 
 
-def _mark(killed: bool) -> str:
-    return "[green]killed[/]" if killed else "[red]survives[/]"
+def _mark(killers: tuple[str, ...]) -> str:
+    return f"[green]killed ({len(killers)})[/]" if killers else "[red]survives[/]"
 
 
 def _equivalent(r: MutantResult) -> str:
     if r.equivalent is True:
         return "[green]proved[/]"
     if r.equivalent == UNKNOWN:
-        return "[yellow]unknown[/]"
-    return "no" if r.killed_by_generated else "[red]no (witness)[/]"
+        return f"[yellow]unknown[/] ({r.symbolic.lower()})"
+    return "no"
 
 
 def _print_text(report: MutationReport, console: Console) -> None:
-    table = Table(title=f"mla-spec mutate: {REVISION_ID} gates, {REGISTRY_ID}")
+    table = Table(title=f"mla-spec mutate: vLLM {report.release} rocm_aiter_mla.py, model {REVISION_ID}, {REGISTRY_ID}")
     table.add_column("mutant", style="bold", no_wrap=True)
-    table.add_column("site (vLLM 0.28.0)", no_wrap=True)
+    table.add_column("site", no_wrap=True)
+    table.add_column("mutation")
     table.add_column(f"generated ({report.generated_cases} cases)", no_wrap=True)
-    table.add_column(f"PR grid ({report.pr_grid_cases} cases)", no_wrap=True)
+    table.add_column(f"shipped ({report.shipped_items} items)", no_wrap=True)
     table.add_column("equivalent", no_wrap=True)
     for r in report.results:
-        table.add_row(r.mutant.id, r.mutant.site, _mark(r.killed_by_generated), _mark(r.killed_by_pr_grid),
-                      _equivalent(r))
+        table.add_row(r.mutant.id, r.mutant.site, r.mutant.description, _mark(r.generated_killers),
+                      _mark(r.shipped_killers), _equivalent(r))
     console.print(table)
-    results = report.results
-    equivalent = sum(r.equivalent is True for r in results)
-    console.print(f"{len(results)} mutants, {equivalent} proved equivalent; generated cases kill "
-                  f"{sum(r.killed_by_generated for r in results)} with {report.generated_cases} cases, the PR's grids "
-                  f"{sum(r.killed_by_pr_grid for r in results)} with {report.pr_grid_cases} "
-                  f"({report.seconds:.1f} s)")
-    for r in results:
+    t = report.totals()
+    console.print(f"{t['mutants']} mutants, {t['equivalent']} proved equivalent, {t['unknown']} unknown; "
+                  f"generated cases kill {t['killed_by_generated']}, shipped tests {t['killed_by_shipped']} "
+                  f"(both {t['killed_by_both']}, only generated {t['killed_only_by_generated']}, "
+                  f"only shipped {t['killed_only_by_shipped']}, neither {t['killed_by_neither']}) "
+                  f"({report.seconds:.1f} s, {report.workers} workers)")
+    for r in report.results:
         if r.survives_generated:
-            where = "" if r.witness is None else f": {shape_summary(r.witness)}"
-            verdict = "z3 timed out on" if r.equivalent == UNKNOWN else "no generated case kills"
-            console.print(f"[red]{verdict}[/] [bold]{r.mutant.id}[/] ({r.mutant.description}){where}", soft_wrap=True)
+            verdict = "[red]no generated case kills[/]" if r.equivalent is False else "[yellow]unknown, not killed:[/]"
+            console.print(f"{verdict} [bold]{r.mutant.id}[/] ({r.mutant.description})", soft_wrap=True)
+        for note in r.notes:
+            console.print(f"[yellow]note[/] {r.mutant.id}: {note}", soft_wrap=True)
 
 
 @click.command("mutate")
 @format_option("json")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=DEFAULT_TIMEOUT_MS / 1000, show_default=True,
-              help="Seconds z3 may spend proving one surviving mutant equivalent (then: unknown).")
-def mutate_command(fmt, timeout) -> None:
-    """Mutants of the vllm-0.28 gates: killed by the generated cases? by PR #51011's grids? equivalent?"""
-    report = score(timeout_ms=int(timeout * 1000))
+              help="Seconds z3 may spend on one field of one mutant's equivalence (then: unknown).")
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Mutants run side by side (default: cores).")
+@click.option("--mutant", "select", multiple=True, metavar="ID", help="Only this mutant (repeatable).")
+def mutate_command(fmt, timeout, workers, select) -> None:
+    """Mutants of vLLM 0.28.0's real routing code: killed by our generated cases? by vLLM's shipped tests? equivalent?"""
+    from spec.mutation import BaselineError, score
+    from spec.realcode.source import SourceError
+
+    try:
+        report = score(select=list(select) or None, workers=workers, timeout_ms=int(timeout * 1000))
+    except (KeyError, SourceError, BaselineError) as e:
+        raise BadInput(str(e).strip("'\"")) from None
     if fmt == "json":
         click.echo(json.dumps(report.to_json(), indent=2))
     else:
-        # Wide enough for the table whatever the terminal (as `check` sizes its own): ids and sites never wrap.
-        width = 70 + max(len(r.mutant.id) for r in report.results) + max(len(r.mutant.site) for r in report.results)
+        width = 90 + max(len(r.mutant.id) for r in report.results) + max(len(r.mutant.site) for r in report.results)
         _print_text(report, Console(highlight=False, width=width))
     survivors = [r for r in report.results if r.survives_generated]
     sys.exit(EXIT_VIOLATED if any(r.equivalent is False for r in survivors) else EXIT_UNKNOWN if survivors else EXIT_OK)

@@ -1,294 +1,201 @@
-"""Mutants of the ``vllm-0.28`` gates: the catalogue, and how a mutant is made.
+"""Mutants of a vLLM release's real ``rocm_aiter_mla.py``, made at run time by AST mutation operators.
 
-A mutant is the model's own source, ``mla_model/revisions/vllm_028.py`` (the
-gates of vLLM 0.28.0's ``rocm_aiter_mla.py``: ``use_gluon_decode`` L909,
-``use_gluon_verify`` L931, ``_mtp_decode_qlen`` L276, the persistent gate
-L698), with one fault written into it: no hand-written mutant gate functions.
+No vLLM text lives in this repository: the operators walk the parsed release
+file (``spec.realcode.source.fetch_release``) and each mutant is a splice of
+that file's own text (the mutated expression's span, replaced by
+``ast.unparse`` of the mutated node, in parentheses).  Everything outside the
+span is byte-identical to the release.
 
-Decisions:
+Regions (the routing code):
 
-* Each :class:`Mutant` is ``(id, site, description, edits)``; an :class:`Edit` is
-  ``(function, old, new)``: an exact text replacement inside that function's
-  source (found with ``ast``; ``None`` is module level, for the one mutant that
-  needs an import).  ``old`` must occur exactly once in that scope, else
-  :class:`MutationError`, so a change to vllm_028.py that moves a snippet fails
-  loudly instead of silently testing nothing.
-* The mutated source is compiled and executed into a fresh module
-  (``types.ModuleType``): the real ``mla_model.revisions.vllm_028`` is never
-  touched, and gates resolve their helpers in the mutant's own namespace, so a
-  test can monkeypatch a mutant module as vLLM's tests monkeypatch the real one
-  (:mod:`spec.pr_grid`).  The mutant's ``REVISION`` gets the id
-  ``vllm-0.28~<mutant id>``.
-* Only vllm_028.py is mutated.  ``reorder_batch_threshold`` itself models
-  ``_init_reorder_batch_threshold`` of vllm/v1/attention/backend.py, outside
-  the file under test, and sets the engine's validity rule; its use as
-  ``_mtp_decode_qlen`` (L276) is mutated where vllm_028.py makes it.
-* Several mutants are equivalent on valid shapes on purpose (a lower bound the
-  scheduler already guarantees, the builder's normalised dtype string): the
-  score must tell them apart by proof, not by a missing test.
+* ``AiterMLAHelper.use_gluon_decode``, ``use_gluon_verify``,
+  ``get_mla_padded_q`` and ``get_actual_mla_num_heads``: the whole body;
+* ``AiterMLAMetadataBuilder._build_decode``: the value of the
+  ``use_persistent_metadata = ...`` assignment;
+* ``AiterMLAMetadataBuilder.__init__``: the value of the
+  ``self._mtp_decode_qlen = ...`` assignment.
+
+Operators (each applied at every site of the region where it applies):
+
+``ror``     relational operator replacement: ``<``/``<=`` and ``>``/``>=``
+            swap (the boundary), ``==``/``!=`` swap;
+``drop``    one operand of a BoolOp left out (variant ``k``: the k-th operand);
+``negate``  a condition negated: an ``if`` test, a boolean ``return`` value,
+            the persistent gate's whole value; an existing ``not x`` becomes ``x``
+            (not for ``a == b``/``a != b``, where it is ``ror``'s mutant);
+``const``   an integer constant of a comparison or BoolOp, ``+1`` and ``-1``;
+``andor``   ``and`` <-> ``or`` of a BoolOp;
+``minmax``  ``max(...)`` <-> ``min(...)`` (``get_actual_mla_num_heads`` has no
+            comparison, constant or BoolOp; this is its only operator).
+
+Each mutant's id is ``<function>/<operator>/L<line>.<col>[/<variant>]`` (the
+line and column of the mutated node in the release file), stable for one
+release file; its site is ``<function>:<line>``.
 """
 
 from __future__ import annotations
 
 import ast
-import inspect
-import types
-from dataclasses import dataclass, replace
+import os
+from dataclasses import dataclass
+from pathlib import Path
 
-from mla_model.revisions import vllm_028
-from mla_model.revisions.base import Revision
+from spec.realcode.source import RELATIVE_PATH, fetch_release, release_tree
 
-ORIGINAL = vllm_028
-MUTANT_ID_SEPARATOR = "~"
+RELEASE = "0.28.0"
+HELPER = "AiterMLAHelper"
+BUILDER = "AiterMLAMetadataBuilder"
+HELPER_FUNCTIONS = ("use_gluon_decode", "use_gluon_verify", "get_mla_padded_q", "get_actual_mla_num_heads")
+GATE = "use_persistent_metadata"  # the assignment in _build_decode
+QLEN = "_mtp_decode_qlen"  # the assignment in __init__
+REGIONS = (*HELPER_FUNCTIONS, GATE, QLEN)
+# Regions the lifted revision (spec.realcode.revision) does not read: a symbolic
+# EQUIVALENT there says nothing (head padding is the model's; get_mla_padded_q takes tensors).
+NOT_LIFTED = frozenset({"get_mla_padded_q"})
+
+_ROR = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq}
+_SYMBOL = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
 
 
 class MutationError(ValueError):
-    """A mutant's snippet is not found exactly once where it should be."""
-
-
-@dataclass(frozen=True)
-class Edit:
-    function: str | None  # the function whose source holds ``old``; None: anywhere in the module
-    old: str
-    new: str
+    """The release file lacks a region the operators expect (one line)."""
 
 
 @dataclass(frozen=True)
 class Mutant:
     id: str
-    site: str  # where in vLLM 0.28.0's rocm_aiter_mla.py the fault is
+    function: str  # one of REGIONS
+    operator: str
+    line: int
     description: str
-    edits: tuple[Edit, ...]
+    start: int  # byte span of the mutated node in the release file
+    end: int
+    replacement: str
+
+    @property
+    def site(self) -> str:
+        return f"{self.function}:{self.line}"
+
+    def apply(self, original: bytes) -> str:
+        return (original[:self.start] + self.replacement.encode() + original[self.end:]).decode()
 
 
-def _one(mid: str, site: str, function: str, description: str, old: str, new: str) -> Mutant:
-    return Mutant(mid, site, description, (Edit(function, old, new),))
+def _regions(tree: ast.Module) -> list[tuple[str, ast.AST]]:
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    if HELPER not in classes or BUILDER not in classes:
+        raise MutationError(f"no class {HELPER} or {BUILDER}")
+    methods = {c: {f.name: f for f in classes[c].body if isinstance(f, ast.FunctionDef)} for c in (HELPER, BUILDER)}
+    out: list[tuple[str, ast.AST]] = []
+    for name in HELPER_FUNCTIONS:
+        if name not in methods[HELPER]:
+            raise MutationError(f"no {HELPER}.{name}")
+        out.append((name, methods[HELPER][name]))
+    for method, name, target in (("_build_decode", GATE, lambda t: isinstance(t, ast.Name) and t.id == GATE),
+                                 ("__init__", QLEN, lambda t: isinstance(t, ast.Attribute) and t.attr == QLEN)):
+        fn = methods[BUILDER].get(method)
+        found = [n for n in ast.walk(fn) if isinstance(n, ast.Assign) and any(target(t) for t in n.targets)] if fn else []
+        if len(found) != 1:
+            raise MutationError(f"{BUILDER}.{method}: {len(found)} assignments to {name}, expected 1")
+        out.append((name, found[0].value))
+    return out
 
 
-# The model functions edited.
-GD, GV, ROUTE = "use_gluon_decode", "use_gluon_verify", "route"
-# The vLLM sites they model (vllm_028.py's docstrings give the lines).
-AT_GD, AT_GV, AT_BUILDER = "use_gluon_decode L909", "use_gluon_verify L931", "_build_decode"
-AT_DTYPE = "builder _kv_cache_dtype_str"
-AT_T, AT_GATE, AT_FORWARD, AT_PAD = "_mtp_decode_qlen L276", "persistent gate L698", "forward_mqa", "get_mla_padded_q"
-
-CATALOGUE: tuple[Mutant, ...] = (
-    # --- use_gluon_decode (L909) ------------------------------------------------------------------
-    _one("gd-heads-le-16", AT_GD, GD,
-         "use_gluon_decode: num_heads < 16 -> <= 16 (off by one up)",
-         "num_heads < 16,",
-         "num_heads <= 16,"),
-    _one("gd-heads-lt-15", AT_GD, GD,
-         "use_gluon_decode: num_heads < 16 -> < 15 (off by one down)",
-         "num_heads < 16,",
-         "num_heads < 15,"),
-    _one("gd-qlen-le-2", AT_GD, GD,
-         "use_gluon_decode: max_qo_len == 1 -> <= 2",
-         "max_qo_len == 1,",
-         "max_qo_len <= 2,"),
-    _one("gd-qlen-le-1", AT_GD, GD,
-         "use_gluon_decode: max_qo_len == 1 -> <= 1 (equivalent: the scheduler gives qlen >= 1)",
-         "max_qo_len == 1,",
-         "max_qo_len <= 1,"),
-    _one("gd-dtype-guard-dropped", AT_GD, GD,
-         "use_gluon_decode: the fp8 dtype guard dropped (the pre-#51011 gate)",
-         "        not_(is_quantized_kv_cache(kv_cache_dtype)),\n",
-         ""),
-    Mutant("gd-mode-before-dtype", AT_GD,
-           "use_gluon_decode: mode check moved before the dtype guard (mode=gluon forces fp8 onto Gluon)",
-           (
-               Edit(GD, "        not_(is_quantized_kv_cache(kv_cache_dtype)),\n", ""),
-               Edit(GD, "any_of(eq(mode, \"gluon\"), divides_16(num_heads))",
-                    "any_of(eq(mode, \"gluon\"), all_of(not_(is_quantized_kv_cache(kv_cache_dtype)), "
-                    "divides_16(num_heads)))"),
-           )),
-    _one("gd-asm-mode-dropped", AT_GD, GD,
-         "use_gluon_decode: the mode == asm opt-out dropped",
-         "        ne(mode, \"asm\"),\n",
-         ""),
-    _one("gd-arch-guard-dropped", AT_GD, GD,
-         "use_gluon_decode: the gfx950 guard (_gluon_mla_decode_supported) dropped",
-         "        _gluon_mla_decode_supported(s),\n",
-         ""),
-    _one("gd-divisor-dropped", AT_GD, GD,
-         "use_gluon_decode: the divisor test (mode == gluon or 16 % h == 0) dropped",
-         "        any_of(eq(mode, \"gluon\"), divides_16(num_heads)),\n",
-         ""),
-    _one("gd-or-to-and", AT_GD, GD,
-         "use_gluon_decode: mode == gluon or divisor -> and",
-         "any_of(eq(mode, \"gluon\"), divides_16(num_heads))",
-         "all_of(eq(mode, \"gluon\"), divides_16(num_heads))"),
-    _one("gd-mode-literal", AT_GD, GD,
-         "use_gluon_decode: mode == \"gluon\" -> mode == \"auto\"",
-         "eq(mode, \"gluon\")",
-         "eq(mode, \"auto\")"),
-    _one("gd-builder-raw-dtype", AT_BUILDER, ROUTE,
-         "_build_decode: use_gluon_decode given the raw cache dtype, not the normalised one (equivalent)",
-         "gd = use_gluon_decode(heads, qlen, builder_dtype, s)",
-         "gd = use_gluon_decode(heads, qlen, s.kv_cache_dtype, s)"),
-    _one("builder-fp8-not-normalised", AT_DTYPE, "builder_kv_cache_dtype",
-         "builder: fp8 spellings no longer normalised to \"fp8\" (they fall through to \"auto\")",
-         "[(is_quantized_kv_cache(s.kv_cache_dtype), \"fp8\"), (eq(",
-         "[(eq("),
-    # --- use_gluon_verify (L931) ------------------------------------------------------------------
-    _one("gv-heads-le-16", AT_GV, GV,
-         "use_gluon_verify: num_heads < 16 -> <= 16 (off by one up)",
-         "num_heads < 16,",
-         "num_heads <= 16,"),
-    _one("gv-heads-lt-15", AT_GV, GV,
-         "use_gluon_verify: num_heads < 16 -> < 15 (off by one down)",
-         "num_heads < 16,",
-         "num_heads < 15,"),
-    _one("gv-qlen-gt-2", AT_GV, GV,
-         "use_gluon_verify: max_qo_len > 1 -> > 2 (off by one up)",
-         "max_qo_len > 1,",
-         "max_qo_len > 2,"),
-    _one("gv-qlen-ge-1", AT_GV, GV,
-         "use_gluon_verify: max_qo_len > 1 -> >= 1 (off by one down)",
-         "max_qo_len > 1,",
-         "max_qo_len >= 1,"),
-    _one("gv-dtype-guard-dropped", AT_GV, GV,
-         "use_gluon_verify: the fp8 dtype guard dropped",
-         "        not_(is_quantized_kv_cache(kv_cache_dtype)),\n",
-         ""),
-    _one("gv-asm-mode-dropped", AT_GV, GV,
-         "use_gluon_verify: the mode == asm opt-out dropped (the pre-#51011 inline branch)",
-         "        ne(s.asm_padding_mode, \"asm\"),\n",
-         ""),
-    _one("gv-arch-guard-dropped", AT_GV, GV,
-         "use_gluon_verify: the gfx950 guard dropped (the pre-#50578 inline branch)",
-         "        _gluon_mla_decode_supported(s),\n",
-         ""),
-    _one("gv-divisor-added", AT_GV, GV,
-         "use_gluon_verify: use_gluon_decode's divisor test copied in",
-         "        _gluon_mla_decode_supported(s),\n",
-         "        _gluon_mla_decode_supported(s),\n        divides_16(num_heads),\n"),
-    _one("gv-and-to-or", AT_GV, GV,
-         "use_gluon_verify: the conjunction of its conditions -> disjunction",
-         "return all_of(",
-         "return any_of("),
-    _one("impl-verify-builder-dtype", AT_FORWARD, ROUTE,
-         "forward_mqa: use_gluon_verify given the builder's normalised dtype (equivalent: same truth value)",
-         "gv = use_gluon_verify(heads, qlen, s.kv_cache_dtype, s)",
-         "gv = use_gluon_verify(heads, qlen, builder_dtype, s)"),
-    # --- _mtp_decode_qlen (L276) ------------------------------------------------------------------
-    _one("mtp-qlen-k-plus-1", AT_T, ROUTE,
-         "_mtp_decode_qlen sized k + 1, not 1 + 2k, for parallel drafting",
-         "mtp_decode_qlen = reorder_batch_threshold(s)",
-         "mtp_decode_qlen = s.num_spec_tokens + 1"),
-    Mutant("mtp-qlen-whitelist", AT_T,
-           "_mtp_decode_qlen: the drafter-name whitelist restored (k + 1 for mtp/deepseek_mtp, else 1)",
-           (
-               Edit(None, "    padding_of,\n)",
-                    "    padding_of,\n    whitelist_mtp_decode_qlen,\n)"),
-               Edit(ROUTE, "mtp_decode_qlen = reorder_batch_threshold(s)",
-                    "mtp_decode_qlen = whitelist_mtp_decode_qlen(s)"),
-           )),
-    _one("mtp-qlen-plus-1", AT_T, ROUTE,
-         "_mtp_decode_qlen: reorder_batch_threshold + 1 (off by one up)",
-         "mtp_decode_qlen = reorder_batch_threshold(s)",
-         "mtp_decode_qlen = reorder_batch_threshold(s) + 1"),
-    # --- the persistent-metadata gate (L698) ------------------------------------------------------
-    _one("gate-heads-gt-16", AT_GATE, ROUTE,
-         "persistent gate: num_heads >= 16 -> > 16 (off by one up)",
-         "any_of(heads >= 16,",
-         "any_of(heads > 16,"),
-    _one("gate-heads-ge-15", AT_GATE, ROUTE,
-         "persistent gate: num_heads >= 16 -> >= 15 (off by one down)",
-         "any_of(heads >= 16,",
-         "any_of(heads >= 15,"),
-    _one("gate-qlen-lt-4", AT_GATE, ROUTE,
-         "persistent gate: qlen <= _ASM_PADDED_MAX_PS_QLEN -> < (off by one down)",
-         "qlen <= _ASM_PADDED_MAX_PS_QLEN",
-         "qlen < _ASM_PADDED_MAX_PS_QLEN"),
-    _one("gate-qlen-le-5", AT_GATE, ROUTE,
-         "persistent gate: qlen <= _ASM_PADDED_MAX_PS_QLEN -> <= it + 1 (off by one up)",
-         "qlen <= _ASM_PADDED_MAX_PS_QLEN",
-         "qlen <= _ASM_PADDED_MAX_PS_QLEN + 1"),
-    _one("gate-fp8-dropped", AT_GATE, ROUTE,
-         "persistent gate: the 'or fp8' disjunct dropped",
-         ", is_quantized_kv_cache(builder_dtype)),",
-         "),"),
-    _one("gate-or-to-and", AT_GATE, ROUTE,
-         "persistent gate: heads >= 16 or qlen <= 4 or fp8 -> and",
-         "any_of(heads >= 16,",
-         "all_of(heads >= 16,"),
-    _one("gate-gd-dropped", AT_GATE, ROUTE,
-         "persistent gate: not use_gluon_decode dropped",
-         "        not_(gd),\n",
-         ""),
-    _one("gate-gv-dropped", AT_GATE, ROUTE,
-         "persistent gate: not use_gluon_verify dropped",
-         "        not_(builder_gv),\n",
-         ""),
-    _one("gate-qlen-ge-1-dropped", AT_GATE, ROUTE,
-         "persistent gate: 1 <= qlen dropped (equivalent: the scheduler gives qlen >= 1)",
-         "all_of(wants, qlen >= 1, qlen <= mtp_decode_qlen)",
-         "all_of(wants, qlen <= mtp_decode_qlen)"),
-    _one("gate-qlen-lt-T", AT_GATE, ROUTE,
-         "persistent gate: qlen <= _mtp_decode_qlen -> < (off by one down)",
-         "qlen <= mtp_decode_qlen)",
-         "qlen < mtp_decode_qlen)"),
-    _one("request-wants-not-gate", AT_FORWARD, ROUTE,
-         "forward_mqa: work metadata passed where the gate wants it, without 1 <= qlen <= _mtp_decode_qlen "
-         "(equivalent: the scheduler keeps qlen <= reorder_batch_threshold)",
-         "request=asm_request(s, m, persistent,",
-         "request=asm_request(s, m, wants,"),
-    _one("request-non-causal", AT_FORWARD, ROUTE,
-         "forward_mqa: the ASM call asks AITER for a non-causal kernel",
-         "causal=True)",
-         "causal=False)"),
-    # --- head padding (get_mla_padded_q) ----------------------------------------------------------
-    _one("padding-divisor-dropped", AT_PAD, ROUTE,
-         "get_mla_padded_q: tile + slice for divisors of 16 too (no repeat_interleave)",
-         "padding_of(heads, m, divides_16(heads))",
-         "padding_of(heads, m, False)"),
-    _one("padding-skipped", AT_PAD, ROUTE,
-         "get_mla_padded_q: the query keeps num_heads heads (no padding to max(16, h))",
-         "padded_q_heads=m,",
-         "padded_q_heads=heads,"),
-)
-
-MUTANT_BY_ID = {m.id: m for m in CATALOGUE}
-assert len(MUTANT_BY_ID) == len(CATALOGUE), "mutant ids must be unique"
+def _nodes(root: ast.AST) -> list[ast.AST]:
+    """Every node under ``root`` (itself included), in source order."""
+    found = [n for n in ast.walk(root) if hasattr(n, "lineno")]
+    return sorted(found, key=lambda n: (n.lineno, n.col_offset, -n.end_lineno, -n.end_col_offset))
 
 
-def original_source() -> str:
-    return inspect.getsource(ORIGINAL)
+def _variants(region: str, root: ast.AST, node: ast.AST, parent: dict[int, ast.AST]):
+    """(operator, variant, mutated node, what) for one node."""
+    if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _ROR:
+        op = type(node.ops[0])
+        yield "ror", None, ast.Compare(node.left, [_ROR[op]()], node.comparators), \
+            f"{_SYMBOL[op]} -> {_SYMBOL[_ROR[op]]}"
+    if isinstance(node, ast.BoolOp):
+        name = "and" if isinstance(node.op, ast.And) else "or"
+        for k in range(len(node.values)):
+            rest = node.values[:k] + node.values[k + 1:]
+            yield "drop", str(k), rest[0] if len(rest) == 1 else ast.BoolOp(node.op, rest), \
+                f"drop operand {k} of `{name}`: {ast.unparse(node.values[k])}"
+        yield "andor", None, ast.BoolOp(ast.Or() if name == "and" else ast.And(), node.values), \
+            f"`{name}` -> `{'or' if name == 'and' else 'and'}`"
+    p = parent.get(id(node))
+    condition = (isinstance(p, ast.If) and p.test is node) or (node is root and region == GATE) or (
+        isinstance(p, ast.Return) and isinstance(node, (ast.BoolOp, ast.Compare, ast.UnaryOp)))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        yield "negate", None, node.operand, f"`not {ast.unparse(node.operand)}` -> `{ast.unparse(node.operand)}`"
+    elif condition and not (isinstance(node, ast.Compare) and isinstance(node.ops[0], (ast.Eq, ast.NotEq))):
+        # (negating `a == b` is ror's `a != b`: one mutant, not two)
+        # the gate's whole value starts where its first operand does: "whole" keeps the ids apart
+        yield "negate", "whole" if node is root else None, ast.UnaryOp(ast.Not(), node), \
+            f"negate `{ast.unparse(node)}`"
+    if (isinstance(node, ast.Constant) and type(node.value) is int
+            and isinstance(p, (ast.Compare, ast.BoolOp))):
+        for d in (1, -1):
+            yield "const", f"{d:+d}", ast.Constant(node.value + d), f"constant {node.value} -> {node.value + d}"
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("max", "min"):
+        other = "min" if node.func.id == "max" else "max"
+        yield "minmax", None, ast.Call(ast.Name(other, ast.Load()), node.args, node.keywords), \
+            f"{node.func.id}(...) -> {other}(...)"
 
 
-def _scope(tree: ast.Module, lines: list[str], function: str | None) -> tuple[int, int]:
-    """Character offsets of a top-level function's source (the whole module for None)."""
-    if function is None:
-        return 0, sum(len(line) for line in lines)
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name == function:
-            start = sum(len(line) for line in lines[: node.lineno - 1])
-            return start, start + sum(len(line) for line in lines[node.lineno - 1: node.end_lineno])
-    raise MutationError(f"vllm_028.py has no function {function!r}")
+def _offsets(text: str) -> list[int]:
+    """Byte offset of each line's start (ast columns are UTF-8 byte offsets)."""
+    starts, pos = [0], 0
+    for line in text.encode().splitlines(keepends=True):
+        pos += len(line)
+        starts.append(pos)
+    return starts
 
 
-def mutated_source(mutant: Mutant, source: str | None = None) -> str:
-    """The source with each edit applied in turn; each ``old`` must occur exactly once in its scope."""
-    text = original_source() if source is None else source
-    for edit in mutant.edits:
-        start, end = _scope(ast.parse(text), text.splitlines(keepends=True), edit.function)
-        count = text[start:end].count(edit.old)
-        if count != 1:
-            where = edit.function or "the module"
-            raise MutationError(f"mutant {mutant.id}: {edit.old!r} occurs {count} times in {where}, not once")
-        text = text[:start] + text[start:end].replace(edit.old, edit.new) + text[end:]
-    return text
+def generate(text: str) -> list[Mutant]:
+    """Every mutant of a release file's text, in region then source order; each compiles and differs."""
+    tree = ast.parse(text)
+    lines = _offsets(text)
+    original = text.encode()
+    out: list[Mutant] = []
+    for region, root in _regions(tree):
+        parent = {id(c): n for n in ast.walk(root) for c in ast.iter_child_nodes(n)}
+        for node in _nodes(root):
+            for operator, variant, new, what in _variants(region, root, node, parent):
+                start = lines[node.lineno - 1] + node.col_offset
+                end = lines[node.end_lineno - 1] + node.end_col_offset
+                mid = f"/{operator}/L{node.lineno}.{node.col_offset}" + (f"/{variant}" if variant else "")
+                m = Mutant(region + mid, region, operator, node.lineno,
+                           what[:120], start, end,
+                           f"({ast.unparse(ast.fix_missing_locations(new))})")
+                mutated = m.apply(original)
+                if mutated == text:
+                    continue
+                compile(mutated, "<mutant>", "exec")
+                out.append(m)
+    if len({m.id for m in out}) != len(out):
+        raise MutationError("two mutants share an id")
+    return out
 
 
-def load(mutant: Mutant | None) -> types.ModuleType:
-    """A fresh module executed from vllm_028.py's source, mutated (or, for None, as it is)."""
-    name = ORIGINAL.__name__ + ("" if mutant is None else f"{MUTANT_ID_SEPARATOR}{mutant.id}")
-    source = original_source() if mutant is None else mutated_source(mutant)
-    module = types.ModuleType(name)
-    exec(compile(source, f"<{name}>", "exec"), module.__dict__)
-    if mutant is not None:
-        rev: Revision = module.REVISION
-        module.REVISION = replace(rev, id=f"{rev.id}{MUTANT_ID_SEPARATOR}{mutant.id}",
-                                  title=f"{rev.title}, mutant {mutant.id}: {mutant.description}")
-    return module
+def release_mutants(release: str = RELEASE) -> tuple[str, list[Mutant]]:
+    """(the release file's text, its mutants)."""
+    text = fetch_release(release).read_text()
+    return text, generate(text)
+
+
+def shadow_tree(release: str, mutated: str, where: Path) -> Path:
+    """A vLLM tree under ``where`` that is the release's, with ``rocm_aiter_mla.py`` replaced by ``mutated``.
+
+    Every other entry is a symlink into the cached release tree, so the harness,
+    the shipped tests and the lifted revision see the mutant as a release file
+    (its helper code and executed ``reorder_batch_threshold`` are the release's).
+    Returns the mutant's path.
+    """
+    real = release_tree(release)
+    src, dst = real, where
+    for part in RELATIVE_PATH.parts:
+        dst.mkdir(parents=True, exist_ok=True)
+        for entry in os.listdir(src):
+            if entry != part:
+                os.symlink(src / entry, dst / entry)
+        src, dst = src / part, dst / part
+    dst.write_text(mutated)
+    return dst

@@ -1,223 +1,242 @@
-"""Mutation score of the generated suite against the ``vllm-0.28`` gates.
+"""Mutation score: our generated cases against vLLM's own shipped tests, on mutants of the release's code.
 
-For every mutant of :data:`spec.mutants.CATALOGUE`:
+For every mutant of vLLM 0.28.0's real ``rocm_aiter_mla.py`` (:mod:`spec.mutants`:
+AST operators over the routing code, made at run time from the cached release
+file), written into a shadow vLLM tree in a scratch directory:
 
-* **killed by generated**: some generated case (``spec.cases.generate``) fails
-  on the mutant as the generated test module would fail it
-  (``conformance.generated._assert_route``): the mutant rejects the shape, or
-  gives it an ``expected_route`` (mla_model/case.py) other than the pinned one;
-* **killed by the PR grid**: some case of vLLM #51011's own tests, rebuilt as
-  data in :mod:`spec.pr_grid`, fails on the mutant module;
-* **equivalent**: for mutants the generated cases do not kill, z3 decides
-  whether some shape valid under ``vllm-0.28`` gets a different pinned route
-  (every field of ``expected_route``: path, the three gates,
-  ``_mtp_decode_qlen``, head padding, padded heads, the kernel request, AITER's
-  persistent flag, the kernel's name, ``vllm_raises``) or is rejected by the
-  mutant.  unsat: proved equivalent; sat: not equivalent, and the shape
-  (minimised, then re-run in Python) is the witness the generator missed;
-  unknown (timeout): ``"unknown"``, never equivalent.  A mutant the generated
-  cases kill is not equivalent, so its proof is skipped.  A PR-grid kill does
-  not decide equivalence: the PR's tests call the predicates at shapes the
-  engine never produces (qlen 8 without a drafter, 17 heads).
+* **killed by generated**: the executing harness
+  (:func:`spec.realcode.executed.differential.differential`) runs the mutant's
+  real decode path on the shapes of our generated cases
+  (``spec.cases.generate("vllm-0.28", "aiter-0.1.20")``, the suite committed in
+  ``tests/generated/vllm_028``) and compares each with the model revision
+  ``vllm-0.28``; every case with a disagreement kills it (``generated_killers``:
+  the case ids);
+* **killed by shipped**: vLLM 0.28.0's shipped tests
+  (``tests/v1/attention/*aiter_mla*``, unmodified,
+  :func:`spec.realcode.shipped_tests.run_shipped_tests`) run against the mutant
+  file; every failed or errored item kills it (``shipped_killers``);
+* **equivalent**: ``True`` only when the lifted gates of the mutant and of the
+  release (:func:`spec.realcode.revision.real_revision`) compare EQUIVALENT on
+  every field (:func:`spec.realcode.bind.symbolic_comparison`); ``False`` when a
+  field is DIFFERENT or our cases kill it (a kill is a concrete difference);
+  ``"unknown"`` when the lifting is unsupported, z3 times out, or the mutant is
+  in code the lifting does not read (``get_mla_padded_q``).  Never equivalent
+  otherwise.
 
-The symbolic shape, validity rules and registry are the prover's
-(:func:`spec.prover.problem`); the registry is ``aiter-0.1.20``, the one the
-committed ``tests/generated/vllm_028`` suite pins.
+Mutants are independent: they run in a pool of processes (one per core by
+default), each mutant's harness and pytest children inside its worker.
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
-from dataclasses import dataclass
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-import z3
-
-from mla_model.case import Case, expected_route
-from mla_model.decision import Decision, decide
-from mla_model.derived import KERNEL_KV_DTYPES
-from mla_model.logic import EnumTerm, all_of, choose, if_then_else, not_, tuple_in
-from mla_model.registry import Registry, load_registry
-from mla_model.revisions import get_revision
-from mla_model.revisions.base import Revision
-from mla_model.route import HEAD_PADDINGS, PATHS
-from mla_model.shape import FIELD_BY_NAME, Q_DTYPES, Shape
-from spec import pr_grid
+from mla_model.case import Case
 from spec.cases import generate
-from spec.mutants import CATALOGUE, Mutant, load
-from spec.prover import SMALLEST_FIRST, ProverDisagreement, canonical_model, minimise_in_order, problem
+from spec.mutants import NOT_LIFTED, RELEASE, Mutant, release_mutants, shadow_tree
 
 REVISION_ID = "vllm-0.28"
 REGISTRY_ID = "aiter-0.1.20"
 DEFAULT_TIMEOUT_MS = 20_000
 UNKNOWN = "unknown"
-NO_KERNEL = "<none>"
+# bind's route fields plus the padded head count (get_actual_mla_num_heads sizes the ASM output buffer)
+EQUIVALENCE_FIELDS = ("path", "use_gluon_decode", "use_gluon_verify", "use_persistent_metadata",
+                      "wants_persistent_metadata", "mtp_decode_qlen", "decode_heads", "padded_q_heads")
 
 
 @dataclass(frozen=True)
 class MutantResult:
     mutant: Mutant
-    killed_by_generated: bool
-    generated_case: str | None  # the first generated case that kills it
-    killed_by_pr_grid: bool
-    pr_case: str | None  # the first PR grid case that kills it, with its failing assertion
+    generated_killers: tuple[str, ...]  # ids of generated cases on which the executed mutant disagrees with the model
+    shipped_killers: tuple[str, ...]  # shipped test items that failed or errored on the mutant
     equivalent: bool | str  # True (proved), False, or UNKNOWN
-    witness: Shape | None  # a valid shape the mutant routes differently, where the generated cases miss it
+    symbolic: str = ""  # the lifted comparison in one word: EQUIVALENT, DIFFERENT, UNKNOWN, UNSUPPORTED, NOT_LIFTED
+    notes: tuple[str, ...] = ()  # a harness or test run that could not complete (counted as a kill, said here)
+
+    @property
+    def killed_by_generated(self) -> bool:
+        return bool(self.generated_killers)
+
+    @property
+    def killed_by_shipped(self) -> bool:
+        return bool(self.shipped_killers)
 
     @property
     def survives_generated(self) -> bool:
-        """Not killed by the generated cases and not proved equivalent: a gap in the generator."""
+        """Not killed by our cases and not proved equivalent: a gap (or, with ``unknown``, an open question)."""
         return not self.killed_by_generated and self.equivalent is not True
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "id": self.mutant.id,
+            "id": self.mutant.id, "site": self.mutant.site, "operator": self.mutant.operator,
             "description": self.mutant.description,
-            "site": self.mutant.site,
-            "equivalent": self.equivalent,
-            "killed_by_generated": self.killed_by_generated,
-            "killed_by_pr_grid": self.killed_by_pr_grid,
-            "generated_case": self.generated_case,
-            "pr_case": self.pr_case,
-            "witness": None if self.witness is None else self.witness.to_json(),
+            "killed_by_generated": self.killed_by_generated, "generated_killers": list(self.generated_killers),
+            "killed_by_shipped": self.killed_by_shipped, "shipped_killers": list(self.shipped_killers),
+            "equivalent": self.equivalent, "symbolic": self.symbolic, "notes": list(self.notes),
         }
 
 
 @dataclass(frozen=True)
 class MutationReport:
+    release: str
     results: tuple[MutantResult, ...]
     generated_cases: int
-    pr_grid_cases: int
+    shipped_items: int  # items of the shipped tests on the unmutated release (all must pass)
     seconds: float
+    workers: int = 1
+    baseline: dict[str, Any] = field(default_factory=dict)
+
+    def totals(self) -> dict[str, int]:
+        r = self.results
+        gen, ship = {x.mutant.id for x in r if x.killed_by_generated}, {x.mutant.id for x in r if x.killed_by_shipped}
+        return {
+            "mutants": len(r),
+            "killed_by_generated": len(gen),
+            "killed_by_shipped": len(ship),
+            "killed_by_both": len(gen & ship),
+            "killed_only_by_generated": len(gen - ship),
+            "killed_only_by_shipped": len(ship - gen),
+            "killed_by_neither": len(r) - len(gen | ship),
+            "equivalent": sum(x.equivalent is True for x in r),
+            "unknown": sum(x.equivalent == UNKNOWN for x in r),
+            "survive_generated_not_equivalent": sum(x.survives_generated and x.equivalent is False for x in r),
+            "survive_generated_unknown": sum(x.survives_generated and x.equivalent == UNKNOWN for x in r),
+        }
 
     def to_json(self) -> dict[str, Any]:
-        return {"mutants": [r.to_json() for r in self.results], "generated_cases": self.generated_cases,
-                "pr_grid_cases": self.pr_grid_cases}
+        return {"release": self.release, "revision": REVISION_ID, "registry": REGISTRY_ID,
+                "generated_cases": self.generated_cases, "shipped_items": self.shipped_items,
+                "seconds": round(self.seconds, 1), "workers": self.workers, "baseline": self.baseline,
+                "totals": self.totals(), "mutants": [r.to_json() for r in self.results]}
 
 
-# --- killed by the generated cases ----------------------------------------------------------
+# --- one mutant -------------------------------------------------------------------------------
 
 
-def kills(revision: Revision, registry: Registry, case: Case) -> bool:
-    """Whether ``case``'s generated test fails on ``revision``: the shape is rejected or routed otherwise."""
-    if not revision.is_valid(case.shape, registry):
-        return True
-    return expected_route(revision, registry, case.shape) != case.expected_route
+def _generated_killers(file: Path, tree: Path, cases: list[Case]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    from mla_model.revisions import get_revision
+    from spec.realcode.executed.differential import differential
+    from spec.realcode.executed.harness import HarnessError, ReleaseCode
+
+    try:
+        d = differential(ReleaseCode(str(file), file, tree), get_revision(REVISION_ID), [c.shape for c in cases],
+                         REGISTRY_ID)
+    except HarnessError as e:
+        return ("<harness>",), (f"harness: {e}",)
+    by_shape: dict[str, str] = {_key(c.shape.to_json()): c.id for c in cases}
+    killers = dict.fromkeys(by_shape.get(_key(x.shape), f"<shape {x.shape}>") for x in d.disagreements)
+    return tuple(sorted(killers)), ()
 
 
-# --- equivalence by z3 ----------------------------------------------------------------------
+def _key(shape: dict[str, Any]) -> str:
+    return repr(sorted(shape.items()))
 
 
-def _kernel_names(registry: Registry) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(r.name for r in registry.kernels)) + (NO_KERNEL,)
+def _shipped_killers(file: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    from spec.realcode.shipped_tests import ShippedTestsError, run_shipped_tests
+
+    try:
+        r = run_shipped_tests(RELEASE, str(file))
+    except ShippedTestsError as e:
+        return ("<shipped tests>",), (f"shipped tests: {e}",)
+    notes = tuple(f"not runnable: {x['item']}" for x in r["not_runnable"])
+    return tuple(x["item"] for x in r["failures"]), notes
 
 
-def pinned_terms(d: Decision, registry: Registry) -> dict[str, tuple[Any, tuple[str, ...] | None]]:
-    """``expected_route``'s fields as terms: name -> (term, enumeration values or None).
+def _equivalent(mutant: Mutant, file: Path, timeout_ms: int) -> tuple[bool | str, str]:
+    from spec.realcode.bind import symbolic_comparison
+    from spec.realcode.revision import real_revision
 
-    ``aiter_persistent`` is None off the ASM paths, so it is coded -1/0/1; ``kernel`` is the name of the
-    first row ``kernel_name`` would pick (:data:`NO_KERNEL` off the ASM paths or with no kernel).
-    """
-    r, a, req = d.route, d.asm, d.route.request
-    key = (d.shape.arch, req.q_dtype, req.kv_dtype, a.gqa, a.ps, a.qseqlen, a.causal)
-    rows = [row for row in registry.kernels if row.lse == 0 and row.cprr == 0]
-    kernel = choose(_kernel_names(registry), [
-        (all_of(d.on_asm, a.kernel_ok, tuple_in(key, [(row.arch, row.q, row.kv, row.gqa, bool(row.ps), row.qseqlen,
-                                                         bool(row.causal))])), row.name)
-        for row in rows], NO_KERNEL)
-    return {
-        "path": (r.path, PATHS),
-        "use_gluon_decode": (r.use_gluon_decode, None),
-        "use_gluon_verify": (r.use_gluon_verify, None),
-        "use_persistent_metadata": (r.use_persistent_metadata, None),
-        "mtp_decode_qlen": (r.mtp_decode_qlen, None),
-        "head_padding": (r.head_padding, HEAD_PADDINGS),
-        "padded_q_heads": (r.padded_q_heads, None),
-        "kernel_qlen": (req.kernel_qlen, None),
-        "q_dtype": (req.q_dtype, Q_DTYPES),
-        "kv_dtype": (req.kv_dtype, KERNEL_KV_DTYPES),
-        "causal": (req.causal, None),
-        "aiter_persistent": (if_then_else(d.on_asm, if_then_else(a.persistent, 1, 0), -1), None),
-        "kernel": (kernel, _kernel_names(registry)),
-        "vllm_raises": (r.vllm_raises, None),
-    }
+    if mutant.function in NOT_LIFTED:
+        return UNKNOWN, "NOT_LIFTED"
+    try:
+        rows = symbolic_comparison(real_revision(str(file)), real_revision(RELEASE), REGISTRY_ID,
+                                   max_differences=1, timeout_ms=timeout_ms, fields=EQUIVALENCE_FIELDS)
+    except Exception as e:  # noqa: BLE001  (a mutant the lifting cannot read is an open question, not a proof)
+        return UNKNOWN, f"UNSUPPORTED ({type(e).__name__})"
+    verdicts = {r.verdict for r in rows}
+    if "DIFFERENT" in verdicts:
+        return False, "DIFFERENT"
+    if verdicts == {"EQUIVALENT"}:
+        return True, "EQUIVALENT"
+    return UNKNOWN, "UNKNOWN" if "UNKNOWN" in verdicts else "UNSUPPORTED"
 
 
-def z3_value(x: Any, values: tuple[str, ...] | None) -> Any:
-    """A field's term as a z3 expression (enumerations as their codes in ``values``)."""
-    if isinstance(x, EnumTerm):
-        if x.values != values:
-            raise ValueError(f"enumeration {x.values} where {values} was expected")
-        return x.term
-    if isinstance(x, str):
-        return z3.IntVal(values.index(x))
-    if isinstance(x, bool):
-        return z3.BoolVal(x)
-    if isinstance(x, int):
-        return z3.IntVal(x)
-    return x
+def run_mutant(mutant: Mutant, original: str, cases: list[Case], timeout_ms: int = DEFAULT_TIMEOUT_MS,
+               equivalence: bool = True) -> MutantResult:
+    """The three verdicts for one mutant (its file lives in a scratch shadow tree while it runs)."""
+    with tempfile.TemporaryDirectory(prefix="mla-spec-mutant-") as scratch:
+        tree = Path(scratch) / "tree"
+        file = shadow_tree(RELEASE, mutant.apply(original.encode()), tree)
+        generated, gen_notes = _generated_killers(file, tree, cases)
+        shipped, ship_notes = _shipped_killers(file)
+        if not equivalence:
+            equivalent, symbolic = UNKNOWN, "SKIPPED"
+        else:
+            equivalent, symbolic = _equivalent(mutant, file, timeout_ms)
+        if equivalent is True and (generated or shipped):
+            # the lifting says equivalent, the executed code says otherwise: never claim it
+            equivalent, symbolic = UNKNOWN, "EQUIVALENT (contradicted by a kill)"
+        elif generated and equivalent == UNKNOWN and "<harness>" not in generated:
+            equivalent = False  # a case on which the executed mutant differs is a concrete difference
+    return MutantResult(mutant, generated, shipped, equivalent, symbolic, gen_notes + ship_notes)
 
 
-def route_differs(a: Decision, b: Decision, registry: Registry) -> Any:
-    """z3: some pinned route field differs between two decisions over the same symbolic shape."""
-    ta, tb = pinned_terms(a, registry), pinned_terms(b, registry)
-    return z3.Or(*[z3_value(ta[k][0], ta[k][1]) != z3_value(tb[k][0], tb[k][1]) for k in ta])
+def _worker(args: tuple) -> MutantResult:
+    return run_mutant(*args)
 
 
-def equivalence(mutant: Revision, original: Revision, registry: Registry,
-                timeout_ms: int = DEFAULT_TIMEOUT_MS) -> tuple[bool | str, Shape | None]:
-    """(True, None) if proved equivalent on valid shapes; (False, witness); (UNKNOWN, None) on timeout.
-
-    The witness is minimised (heads, then qlen, k, batch, DCP; the rest at their defaults where the
-    difference allows) and re-run in Python, where it must be valid and routed differently.
-    """
-    p = problem(original, registry)
-    d = decide(mutant, registry, p.symbolic.view)
-    differs = z3.Or(z3_value(not_(mutant.is_valid(p.symbolic.view, registry)), None),
-                    route_differs(p.decision, d, registry))
-    s = z3.Solver()
-    s.set("timeout", timeout_ms)
-    s.add(*p.constraints, differs)
-    answer = s.check()
-    if answer == z3.unsat:
-        return True, None
-    if answer == z3.unknown:
-        return UNKNOWN, None
-    v = p.symbolic.variables
-    first = s.model()
-    minimised = minimise_in_order(s, [(v[n], FIELD_BY_NAME[n].minimum) for n in SMALLEST_FIRST]) is not None
-    model = canonical_model(s, v) if minimised else None
-    witness = p.symbolic.to_shape(first if model is None else model)  # a timed-out minimisation keeps the first
-    if not original.is_valid(witness, registry) or (
-        mutant.is_valid(witness, registry)
-        and expected_route(mutant, registry, witness) == expected_route(original, registry, witness)
-    ):
-        raise ProverDisagreement(f"{mutant.id}: z3 witness {witness} is invalid or routed alike in Python")
-    return False, witness
-
-
-# --- the score ------------------------------------------------------------------------------
+# --- the score --------------------------------------------------------------------------------
 
 
 def generated_cases() -> list[Case]:
-    """The generated suite of vllm-0.28: the cases ``mla-spec cases`` writes to tests/generated/vllm_028."""
+    """Our generated suite of vllm-0.28: the cases ``mla-spec cases`` writes to tests/generated/vllm_028."""
     return generate(REVISION_ID, REGISTRY_ID)
 
 
-def score(cases: list[Case] | None = None, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> MutationReport:
-    """Run every mutant against the generated cases and the PR grid; prove the survivors equivalent or not."""
+def baseline(cases: list[Case]) -> dict[str, Any]:
+    """The unmutated release against both suites: no case may disagree and every shipped item must pass."""
+    from mla_model.revisions import get_revision
+    from spec.realcode.executed.differential import differential
+    from spec.realcode.executed.harness import release_code
+    from spec.realcode.shipped_tests import run_shipped_tests
+
+    d = differential(release_code(RELEASE), get_revision(REVISION_ID), [c.shape for c in cases], REGISTRY_ID)
+    s = run_shipped_tests(RELEASE)
+    return {"generated_disagreements": len(d.disagreements), "shipped_items": s["items"], "shipped_passed": s["passed"],
+            "shipped_failed": s["failed"] + s["errors"], "shipped_not_runnable": len(s["not_runnable"])}
+
+
+class BaselineError(RuntimeError):
+    """The unmutated release already fails a suite: no kill would mean anything."""
+
+
+def score(cases: list[Case] | None = None, select: list[str] | None = None, workers: int | None = None,
+          timeout_ms: int = DEFAULT_TIMEOUT_MS, equivalence: bool = True) -> MutationReport:
+    """Every mutant (or those whose id is in ``select``) against our cases and the shipped tests."""
     start = time.perf_counter()
-    registry = load_registry(REGISTRY_ID)
-    cases = generated_cases() if cases is None else cases  # the tests pass the cases they already generated
-    original = get_revision(REVISION_ID)
-    results = []
-    for mutant in CATALOGUE:
-        module = load(mutant)
-        rev = module.REVISION
-        killer = next((c for c in cases if kills(rev, registry, c)), None)
-        pr_case = pr_grid.first_failure(module)
-        equivalent, witness = (False, None) if killer else equivalence(rev, original, registry, timeout_ms)
-        results.append(MutantResult(
-            mutant, killer is not None, killer.id if killer else None, pr_case is not None,
-            None if pr_case is None else f"{pr_case.id}: {pr_grid.fails(module, pr_case)}", equivalent, witness))
-    return MutationReport(tuple(results), len(cases), len(pr_grid.PR_GRID), time.perf_counter() - start)
+    original, mutants = release_mutants(RELEASE)
+    if select is not None:
+        unknown = set(select) - {m.id for m in mutants}
+        if unknown:
+            raise KeyError(f"no mutant {sorted(unknown)[0]}")
+        mutants = [m for m in mutants if m.id in set(select)]
+    cases = generated_cases() if cases is None else cases
+    base = baseline(cases)
+    if base["generated_disagreements"] or base["shipped_failed"]:
+        raise BaselineError(f"the unmutated release {RELEASE} fails already: {base}")
+    workers = max(1, min(workers or os.cpu_count() or 1, len(mutants)))
+    jobs = [(m, original, cases, timeout_ms, equivalence) for m in mutants]
+    if workers == 1:
+        results = [_worker(j) for j in jobs]
+    else:
+        with ProcessPoolExecutor(workers) as pool:
+            results = list(pool.map(_worker, jobs))
+    return MutationReport(RELEASE, tuple(results), len(cases), base["shipped_items"], time.perf_counter() - start,
+                          workers, base)

@@ -71,31 +71,38 @@ def _field(route: Any, name: str) -> Any:
 
 
 def symbolic_comparison(real: Revision, model: Revision, registry_id: str = "aiter-0.1.20",
-                        max_differences: int = 3) -> list[Comparison]:
+                        max_differences: int = 3, timeout_ms: int | None = None,
+                        fields: tuple[str, ...] = ROUTE_FIELDS) -> list[Comparison]:
+    """Per field: EQUIVALENT (unsat), DIFFERENT (with concrete shapes), UNSUPPORTED (no lifting), or
+    UNKNOWN (z3 gave up within ``timeout_ms`` before finding a difference)."""
     out = []
     try:
         pr, pm = problem(real, registry_id), problem(model, registry_id)
     except LiftingUnsupported as e:
-        return [Comparison(f, "symbolic", "UNSUPPORTED", reason=str(e)) for f in (*ROUTE_FIELDS, "validity")]
+        return [Comparison(f, "symbolic", "UNSUPPORTED", reason=str(e)) for f in (*fields, "validity")]
     valid_r = z3.And(*pr.constraints)
     valid_m = z3.And(*pm.constraints)
     reg = load_registry(registry_id)
     checks = [("validity", z3.And(*pr.symbolic.domain), valid_r != valid_m)]
-    for name in ROUTE_FIELDS:
+    for name in fields:
         a, b = _z3(_field(pr.decision.route, name)), _z3(_field(pm.decision.route, name))
         checks.append((name, z3.And(valid_r, valid_m), a != b))
     for name, context, differs in checks:
         start = time.perf_counter()
         s = z3.Solver()
+        if timeout_ms is not None:
+            s.set("timeout", timeout_ms)
         s.add(context, differs)
         diffs = []
-        while len(diffs) < max_differences and s.check() == z3.sat:
+        answer = s.check()
+        while len(diffs) < max_differences and answer == z3.sat:
             shape = pr.symbolic.to_shape(s.model())
             diffs.append(_concrete_difference(name, shape, real, model, reg))
             s.add(z3.Or(*[v != s.model().eval(v, model_completion=True) for v in
                           (pr.symbolic.variables["num_heads"], pr.symbolic.variables["max_qo_len"],
                            pr.symbolic.variables["kv_cache_dtype"], pr.symbolic.variables["arch"])]))
-        verdict = "DIFFERENT" if diffs else "EQUIVALENT"
+            answer = s.check()
+        verdict = "DIFFERENT" if diffs else "UNKNOWN" if answer == z3.unknown else "EQUIVALENT"
         out.append(Comparison(name, "symbolic", verdict, seconds=time.perf_counter() - start, differences=diffs))
     return out
 

@@ -15,7 +15,10 @@ field                     executed side
 ``path``                  the entry point called (Gluon decode/verify, Triton verify,
                           ASM with or without vLLM's work metadata)
 ``outcome``               ran / the failure AITER raises / vLLM raises
+``persistent_metadata``   whether the builder built vLLM's persistent work metadata
+                          (``has_persistent_metadata``), on any path
 ``padded_heads``          heads of the query the ASM kernel got
+``output_heads``          heads of the output buffer vLLM gave the ASM kernel
 ``head_padding``          how those heads map to the query's (none, repeat_interleave, tile)
 ``kernel_qlen``           ``max_seqlen_q`` passed to the ASM kernel
 ``kernel``                the code object that request resolves to in the registry
@@ -87,6 +90,8 @@ def observed(row: dict[str, Any]) -> dict[str, Any]:
     sizing = row.get("sizing")
     out["metadata_qlen"] = sizing["max_seqlen_qo"] if sizing else None
     out["outcome"] = _outcome(row)
+    if row.get("decode") is not None:
+        out["persistent_metadata"] = row["decode"]["has_persistent_metadata"]
     calls = row.get("calls") or []
     if not calls:
         return out
@@ -101,6 +106,7 @@ def observed(row: dict[str, Any]) -> dict[str, Any]:
     elif entry == "mla_decode_fwd":
         out["path"] = "asm_persistent" if call["persistent"] else "asm_nonpersistent"
         out["padded_heads"] = call["q_shape"][1]
+        out["output_heads"] = call["o_shape"][1]
         out["kernel_qlen"] = call["max_seqlen_q"]
         out["q_dtype"], out["kv_dtype"] = call["q_dtype"], call["kv_dtype"]
         out["kv_scale"] = call["kv_scale"]
@@ -140,6 +146,7 @@ def expected(revision: Revision, reg: Registry, shape: Shape, options: dict[str,
     out["metadata_qlen"] = int(r.mtp_decode_qlen)
     failure = failure_kind(d)
     out["outcome"] = EXPECTED_OUTCOME.get(failure, failure)
+    out["persistent_metadata"] = bool(r.use_persistent_metadata)
     out["path"] = r.path
     fp8 = shape.kv_cache_dtype in FP8_KV_CACHE_DTYPES
     true_kv_scale = float(options.get("kv_scale", DEFAULTS["kv_scale"])) if fp8 else 1.0
@@ -149,6 +156,7 @@ def expected(revision: Revision, reg: Registry, shape: Shape, options: dict[str,
     elif r.path in ("asm_persistent", "asm_nonpersistent"):
         req = r.request
         out["padded_heads"] = int(r.padded_q_heads)
+        out["output_heads"] = int(req.padded_heads)
         out["kernel_qlen"] = int(req.kernel_qlen)
         out["q_dtype"], out["kv_dtype"] = req.q_dtype, req.kv_dtype
         out["kv_scale"] = true_kv_scale

@@ -100,7 +100,8 @@ def mla_decode_fwd(q, kv_buffer, o, qo_indptr, kv_indptr, kv_indices, kv_last_pa
     """
     call = {
         "entry": "mla_decode_fwd",
-        "q_shape": list(q.shape), "q_dtype": dtype_name(q.dtype), "kv_dtype": dtype_name(kv_buffer.dtype),
+        "q_shape": list(q.shape), "o_shape": list(o.shape), "q_dtype": dtype_name(q.dtype),
+        "kv_dtype": dtype_name(kv_buffer.dtype),
         "max_seqlen_q": int(max_seqlen_q), "num_reqs": int(qo_indptr.numel() - 1),
         "persistent": work_meta_data is not None, "sm_scale": _scalar(sm_scale),
         "q_scale": _scalar(q_scale), "kv_scale": _scalar(kv_scale),
