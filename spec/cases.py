@@ -16,7 +16,8 @@ Three sources, in this order in the output:
 * **Counterexamples.**  The smallest shape of every counterexample class of
   every invariant the revision violates (``spec.prover.check``).
 * **Thresholds.**  Both sides of each documented threshold on both arches, bf16
-  and fp8: 16 heads, qlen 1/2 (decode against verify), qlen 4/5
+  and fp8: 16 heads, 8/12 heads (a divisor of 16 against a non-divisor: the
+  two paddings), qlen 1/2 (decode against verify), qlen 4/5
   (``_ASM_PADDED_MAX_PS_QLEN``), qlen at ``_mtp_decode_qlen`` and one past it
   (where the scheduler allows it), qlen at ``reorder_batch_threshold`` for each
   drafter family, batch 1/2/32 and the 2 GiB KV bound.  A pair whose route
@@ -279,6 +280,8 @@ def _thresholds(pair: _Pair) -> list[tuple[str, tuple[str, ...], list[Any]]]:
     spec = FIELD_BY_NAME["spec_method"].values
     out = [
         ("16 heads (15 | 16)", ("num_heads",), [a["num_heads"] == 15, b["num_heads"] == 16]),
+        # A divisor of 16 and a non-divisor: repeat_interleave against tile padding where the step pads.
+        ("divisor | non-divisor heads (8 | 12)", ("num_heads",), [a["num_heads"] == 8, b["num_heads"] == 12]),
         ("decode | verify (qlen 1 | 2)", ("max_qo_len",), [a["max_qo_len"] == 1, b["max_qo_len"] == 2]),
         ("_ASM_PADDED_MAX_PS_QLEN (qlen 4 | 5)", ("max_qo_len",), [a["max_qo_len"] == 4, b["max_qo_len"] == 5]),
         ("_mtp_decode_qlen and one past it", ("max_qo_len",),
