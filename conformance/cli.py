@@ -21,7 +21,8 @@ from rich.console import Console
 from rich.table import Table
 
 from conformance.cli_common import (
-    EXIT_OK, EXIT_UNKNOWN, EXIT_VIOLATED, BadInput, OneLineErrors, format_option, shape_options, shape_summary,
+    EXIT_OK, EXIT_UNKNOWN, EXIT_VIOLATED, BadInput, OneLineErrors, Seconds, format_option, shape_options,
+    shape_summary,
 )
 from mla_model.registry import REGISTRY_IDS, load_registry
 from mla_model.revisions import REVISIONS
@@ -31,6 +32,7 @@ from spec.prover import DEFAULT_TIMEOUT_MS, PROVED, UNKNOWN, VIOLATED, CheckResu
 
 
 @click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="mla-spec", prog_name="mla-spec")
 def main() -> None:
     """Prove vLLM's ROCm AITER MLA decode routing correct, or show where it breaks."""
 
@@ -84,7 +86,7 @@ def _print_text(results: list[CheckResult], console: Console) -> None:
               help="sarif: SARIF 2.1.0 for code-scanning views (violations as errors).")
 @click.option("--max-classes", type=click.IntRange(min=1), default=10, show_default=True,
               help="Counterexample classes to enumerate per violated invariant.")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=DEFAULT_TIMEOUT_MS / 1000, show_default=True,
+@click.option("--timeout", type=Seconds(), default=DEFAULT_TIMEOUT_MS / 1000, show_default=True,
               help="Seconds per solver call; a timeout is UNKNOWN, never a pass.")
 @click.option("--vllm", "releases", multiple=True, metavar="RELEASE|PATH",
               help="Check a vLLM release's (or file's) real gate functions instead of the model's (repeatable).")
@@ -164,7 +166,7 @@ def _report(results: list[CheckResult], fmt: str) -> None:
 @click.option("--invariant", "invariants", multiple=True, type=click.Choice(list(INVARIANT_BY_ID)))
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--max-classes", type=click.IntRange(min=1), default=3, show_default=True)
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=DEFAULT_TIMEOUT_MS / 1000, show_default=True)
+@click.option("--timeout", type=Seconds(), default=DEFAULT_TIMEOUT_MS / 1000, show_default=True)
 @click.option("--executed", "count", type=click.IntRange(min=0), default=2000, show_default=True,
               help="Random valid shapes for each release's executed differential against its model revision "
                    "(besides the solver-found cases); 0 skips it.")

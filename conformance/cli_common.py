@@ -7,6 +7,7 @@ the group.
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Any
 
@@ -21,13 +22,44 @@ class BadInput(click.ClickException):
     exit_code = EXIT_BAD_INPUT
 
 
+class Seconds(click.ParamType):
+    """A finite number of seconds in ``[minimum, maximum]`` (``nan`` and ``inf`` are refused, not run)."""
+
+    name = "seconds"
+
+    def __init__(self, minimum: float = 0.1, maximum: float = 24 * 3600) -> None:
+        self.minimum, self.maximum = minimum, maximum
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not math.isfinite(seconds) or not self.minimum <= seconds <= self.maximum:
+            self.fail(f"{value!r} is not a finite number of seconds in [{self.minimum:g}, {self.maximum:g}]",
+                      param, ctx)
+        return seconds
+
+
 class OneLineErrors(click.Group):
-    """Every usage error becomes one line on stderr and exit status 2."""
+    """Every usage error becomes one line on stderr and exit status 2; so does output that cannot be written."""
 
     def main(self, args: Any = None, prog_name: str | None = None, **kwargs: Any) -> Any:
         try:
-            return super().main(args=args, prog_name=prog_name, standalone_mode=False, **kwargs)
+            result = super().main(args=args, prog_name=prog_name, standalone_mode=False, **kwargs)
+            sys.stdout.flush()
+            return result
+        except OSError as e:  # a full disk, a closed pipe: the results were not delivered
+            _silence_stdout()
+            click.echo(f"mla-spec: error: cannot write the output: {e.strerror or e}", err=True)
+            sys.exit(EXIT_BAD_INPUT)
         except click.exceptions.Exit as e:
+            try:
+                sys.stdout.flush()
+            except OSError as err:
+                _silence_stdout()
+                click.echo(f"mla-spec: error: cannot write the output: {err.strerror or err}", err=True)
+                sys.exit(EXIT_BAD_INPUT)
             sys.exit(e.exit_code)
         except click.Abort:
             click.echo("mla-spec: error: aborted", err=True)
@@ -36,6 +68,16 @@ class OneLineErrors(click.Group):
             message = " ".join(e.format_message().split())
             click.echo(f"mla-spec: error: {message}", err=True)
             sys.exit(EXIT_BAD_INPUT if isinstance(e, (click.UsageError, BadInput)) else e.exit_code)
+
+
+def _silence_stdout() -> None:
+    """Drop what could not be written, so the interpreter's own flush at exit does not fail again."""
+    import os
+
+    try:
+        sys.stdout = open(os.devnull, "w")
+    except OSError:
+        pass
 
 
 def shape_summary(s: Shape) -> str:

@@ -16,7 +16,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from conformance.cli_common import EXIT_OK, EXIT_UNKNOWN, EXIT_VIOLATED, BadInput, format_option
+from conformance.cli_common import EXIT_OK, EXIT_UNKNOWN, EXIT_VIOLATED, BadInput, Seconds, format_option
 from spec.mutation import DEFAULT_TIMEOUT_MS, REGISTRY_ID, REVISION_ID, UNKNOWN, MutantResult, MutationReport
 
 
@@ -60,7 +60,7 @@ def _print_text(report: MutationReport, console: Console) -> None:
 
 @click.command("mutate")
 @format_option("json")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=DEFAULT_TIMEOUT_MS / 1000, show_default=True,
+@click.option("--timeout", type=Seconds(), default=DEFAULT_TIMEOUT_MS / 1000, show_default=True,
               help="Seconds z3 may spend on one field of one mutant's equivalence (then: unknown).")
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="Mutants run side by side (default: cores).")
 @click.option("--mutant", "select", multiple=True, metavar="ID", help="Only this mutant (repeatable).")

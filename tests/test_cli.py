@@ -129,3 +129,31 @@ def test_explain_after_51011_shows_the_dtype_guard_closing_the_gluon_gate():
 def test_explain_refuses_a_malformed_case_id_in_one_line():
     result = run("explain", "--case", "gfx950-fp8")
     assert result.returncode == 2 and "is not a case id" in result.stderr
+
+
+@pytest.mark.parametrize("command", [("check", "--revision", "vllm-0.28"), ("audit", "--vllm", "0.28.0"),
+                                     ("mutate",)])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "0", "1e9", "abc"])
+def test_a_timeout_that_is_not_a_finite_number_of_seconds_is_one_line_exit_2(command, value):
+    from click.testing import CliRunner
+
+    from conformance.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main.main([*command, "--timeout", value])
+    assert e.value.code == 2
+    result = CliRunner().invoke(main, [*command, "--timeout", value])
+    assert result.exit_code == 2 and "--timeout" in result.output
+
+
+def test_output_that_cannot_be_written_is_one_line_exit_2():
+    with open("/dev/full", "w") as full:
+        out = subprocess.run([sys.executable, "-m", "conformance", "list", "--format", "json"], stdout=full,
+                             stderr=subprocess.PIPE, text=True, timeout=300)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == ["mla-spec: error: cannot write the output: No space left on device"]
+
+
+def test_version():
+    out = run("--version")
+    assert out.returncode == 0 and out.stdout.startswith("mla-spec, version ")
