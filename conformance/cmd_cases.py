@@ -39,6 +39,8 @@ def _generate(job: tuple[str, str, int]) -> list[Case]:
 @format_option("json")
 def cases_command(revisions, registry, style, routes, out, fmt) -> None:
     """Edge shapes (MC/DC pairs, counterexamples, thresholds) as test cases, pinned to the model's route."""
+    if not str(out).strip() or str(out) == ".":
+        raise BadInput("--out needs a folder or file name (it was empty)")
     chosen = list(REVISIONS) if not revisions or "all" in revisions else list(dict.fromkeys(revisions))
     if style == "vllm" and len(chosen) != 1:
         raise BadInput("--style vllm writes one module: name one --revision")

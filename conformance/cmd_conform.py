@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -150,10 +151,14 @@ def conform_command(backend, cases_path, out, device, fault, kv_len, full_contex
         raise BadInput("--vllm is a switch of the vllm backend only")
     if not cases_path.is_file():
         raise BadInput(f"--cases {cases_path}: no such file")
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
+        raise BadInput(f"--device {device!r}: use auto, cpu, cuda or cuda:N")
     try:
         cases = read_cases(cases_path)
-    except ValueError as e:
-        raise BadInput(str(e)) from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise BadInput(f"{cases_path}: {e}" if isinstance(e, UnicodeDecodeError) else str(e)) from None
+    if not cases:
+        raise BadInput(f"--cases {cases_path}: no cases in the file")
     stale = stale_cases(cases)
     if stale:
         raise BadInput(f"{cases_path}: {len(stale)} case(s) no longer have their pinned route (first: {stale[0]}); "

@@ -175,7 +175,10 @@ def read_cases(path: Path) -> list[Case]:
         if not line.strip():
             continue
         try:
-            out.append(Case.from_json(json.loads(line)))
+            data = json.loads(line)
+            if not isinstance(data, dict):
+                raise ValueError(f"a case is a JSON object, not {type(data).__name__}")
+            out.append(Case.from_json(data))
         except (ValueError, TypeError, KeyError) as e:
             raise ValueError(f"{path}:{n}: {e}") from None
     return out

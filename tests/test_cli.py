@@ -157,3 +157,27 @@ def test_output_that_cannot_be_written_is_one_line_exit_2():
 def test_version():
     out = run("--version")
     assert out.returncode == 0 and out.stdout.startswith("mla-spec, version ")
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"[1, 2]\n", "a case is a JSON object, not list"),
+    (b'"x"\n', "a case is a JSON object, not str"),
+    (b'{"id": 3}\n', "lacks"),
+    (b"", "no cases in the file"),
+    (b"\x89PNG\x00\xff\n", "can't decode"),
+])
+def test_conform_refuses_a_bad_cases_file_in_one_line(tmp_path, content, message):
+    cases = tmp_path / "cases.jsonl"
+    cases.write_bytes(content)
+    out = run("conform", "--backend", "model", "--cases", str(cases))
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], out.stderr
+
+
+def test_conform_refuses_an_unknown_device_and_cases_an_empty_out(tmp_path):
+    out = run("conform", "--backend", "model", "--cases", "tests/generated/vllm_028/cases.jsonl", "--device", "gpu0")
+    assert out.returncode == 2 and "--device 'gpu0'" in out.stderr
+    out = subprocess.run([sys.executable, "-m", "conformance", "cases", "--out", ""], capture_output=True, text=True,
+                         timeout=300, cwd=tmp_path)
+    assert out.returncode == 2 and "--out" in out.stderr and not list(tmp_path.iterdir())
