@@ -163,10 +163,14 @@ def _report(results: list[CheckResult], fmt: str) -> None:
 @click.argument("releases", nargs=-1, required=True)
 @click.option("--registry", "registries", multiple=True, type=click.Choice(list(REGISTRY_IDS)),
               help="AITER registry (repeatable; default: aiter-0.1.20).")
-@click.option("--invariant", "invariants", multiple=True, type=click.Choice(list(INVARIANT_BY_ID)))
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@click.option("--max-classes", type=click.IntRange(min=1), default=3, show_default=True)
-@click.option("--timeout", type=Seconds(), default=DEFAULT_TIMEOUT_MS / 1000, show_default=True)
+@click.option("--invariant", "invariants", multiple=True, type=click.Choice(list(INVARIANT_BY_ID)),
+              help="Invariant to prove (repeatable; default: all).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="json: check's JSON plus the executed differential per release.")
+@click.option("--max-classes", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Counterexample classes to enumerate per violated invariant (as check).")
+@click.option("--timeout", type=Seconds(), default=DEFAULT_TIMEOUT_MS / 1000, show_default=True,
+              help="Seconds per solver call; a timeout is UNKNOWN, never a pass.")
 @click.option("--executed", "count", type=click.IntRange(min=0), default=2000, show_default=True,
               help="Random valid shapes for each release's executed differential against its model revision "
                    "(besides the solver-found cases); 0 skips it.")
@@ -243,7 +247,7 @@ def _short(r: CheckResult) -> str:
 @click.option("--vllm", "spec", required=True, metavar="RELEASE|PATH", help="vLLM release, tree or rocm_aiter_mla.py.")
 @click.option("--revision", type=click.Choice(list(REVISIONS)), help="Model revision to compare with "
               "(default: the one that models that release).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@format_option("json")
 @click.option("--no-symbolic", is_flag=True, help="Only the bounded comparison (no lifting).")
 @click.option("--shapes", "count", type=click.IntRange(min=0), default=2000, show_default=True,
               help="Random valid shapes for the executed differential (besides the solver-found cases); "
@@ -306,7 +310,7 @@ def label_count(n: int, noun: str) -> str:
 
 
 @main.command("list")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@format_option("json")
 def list_command(fmt) -> None:
     """List the gate revisions, AITER registries and invariants mla-spec knows."""
     revisions = [

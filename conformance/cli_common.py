@@ -106,4 +106,5 @@ def shape_options(fn: Any) -> Any:
 
 def format_option(*choices: str) -> Any:
     """``--format`` with text first (the default)."""
-    return click.option("--format", "fmt", type=click.Choice(["text", *choices]), default="text", show_default=True)
+    return click.option("--format", "fmt", type=click.Choice(["text", *choices]), default="text", show_default=True,
+                        help="text for a person; " + ", ".join(choices) + " for a program (same content).")

@@ -27,7 +27,8 @@ def _generate(job: tuple[str, str, int]) -> list[Case]:
 @click.command("cases")
 @click.option("--revision", "revisions", multiple=True, type=click.Choice([*REVISIONS, "all"]),
               help="Gate revision (repeatable, or 'all'); more than one writes OUT/<revision>/ each.")
-@click.option("--registry", type=click.Choice(list(REGISTRY_IDS)), default=DEFAULT_REGISTRY, show_default=True)
+@click.option("--registry", type=click.Choice(list(REGISTRY_IDS)), default=DEFAULT_REGISTRY, show_default=True,
+              help="AITER registry whose kernel lookups the cases pin.")
 @click.option("--style", type=click.Choice(["suite", "vllm", "jsonl"]), default="suite", show_default=True,
               help="suite: OUT/cases.jsonl + a pytest module for this repo; vllm: one drop-in module OUT "
                    "for tests/v1/attention/ of a vLLM checkout; jsonl: every revision's cases in one file OUT "

@@ -181,3 +181,13 @@ def test_conform_refuses_an_unknown_device_and_cases_an_empty_out(tmp_path):
     out = subprocess.run([sys.executable, "-m", "conformance", "cases", "--out", ""], capture_output=True, text=True,
                          timeout=300, cwd=tmp_path)
     assert out.returncode == 2 and "--out" in out.stderr and not list(tmp_path.iterdir())
+
+
+def test_every_option_of_every_command_has_help():
+    import click
+
+    from conformance.cli import main
+
+    bare = [(name, p.opts[0]) for name, cmd in main.commands.items() for p in cmd.params
+            if isinstance(p, click.Option) and not p.help and "--help" not in p.opts]
+    assert not bare

@@ -50,3 +50,9 @@ def test_a_release_that_does_not_exist_is_one_line_exit_2():
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "0.0.999" in lines[0], out.stderr
+
+
+def test_a_release_has_one_spelling_everywhere():
+    from spec.realcode.source import resolve
+
+    assert resolve("vllm==0.28.0").label == resolve("0.28.0").label == "vllm==0.28.0"

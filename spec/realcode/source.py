@@ -55,6 +55,8 @@ def release_tree(version: str) -> Path:
     root = cache_dir() / version / "tree"
     if (root / RELATIVE_PATH).is_file():
         return root
+    print(f"mla-spec: fetching the vLLM {version} sdist from PyPI (about 40-50 MB, once) into {root.parent}",
+          file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory(prefix="mla-spec-pip-") as tmp:
         env = dict(os.environ, TMPDIR=tmp, PIP_DISABLE_PIP_VERSION_CHECK="1")
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
@@ -101,7 +103,10 @@ def tree_of(path: Path) -> Path | None:
 
 
 def resolve(spec: str) -> Source:
-    """A path to the file, to a vLLM tree or installed package, or a release version."""
+    """A path to the file, to a vLLM tree or installed package, or a release version (``0.28.0`` or
+    ``vllm==0.28.0``: one spelling everywhere)."""
+    if spec.startswith("vllm==") and is_release(spec[len("vllm=="):]):
+        spec = spec[len("vllm=="):]
     if is_release(spec):
         path = fetch_release(spec)
         return Source(f"vllm=={spec}", path, path.read_text())
