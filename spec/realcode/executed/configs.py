@@ -19,8 +19,6 @@ from mla_model.shape import FP8_KV_CACHE_DTYPES, GIB, Shape
 
 KV_LORA_RANK, ROPE_DIM, NOPE_DIM, V_DIM = 512, 64, 128, 128
 HEAD_SIZE = KV_LORA_RANK + ROPE_DIM
-DEFAULTS = {"max_num_seqs": 64, "max_model_len": 2048, "block_size": 1, "kv_len": 64, "kv_scale": 0.5,
-            "q_scale": 0.25}
 
 
 def option(options: dict[str, Any], name: str) -> Any:

@@ -40,8 +40,7 @@ from mla_model.derived import MAX_MLA_QUERY_HEADS
 from mla_model.registry import Registry, kernel_name, load_registry
 from mla_model.revisions.base import Revision
 from mla_model.shape import ARCHS, ASM_PADDING_MODES, FP8_KV_CACHE_DTYPES, GIB, KV_CACHE_DTYPES, SPEC_METHODS, Shape
-from spec.realcode.executed.configs import DEFAULTS
-from spec.realcode.executed.harness import ReleaseCode, execute
+from spec.realcode.executed.harness import DEFAULTS, ReleaseCode, execute
 from spec.view import failure_kind
 
 # The model's failure kind -> the outcome the executed step must show.  A missing Gluon build makes

@@ -23,6 +23,12 @@ from mla_model.shape import Shape
 from spec.realcode.source import RELATIVE_PATH, SourceError, is_release, release_tree, tree_of
 
 
+# What the harness gives vLLM where the Shape does not decide (configs.py reads them; an option of the
+# same name overrides each). Kept here, free of torch, for the parent side.
+DEFAULTS = {"max_num_seqs": 64, "max_model_len": 2048, "block_size": 1, "kv_len": 64, "kv_scale": 0.5,
+            "q_scale": 0.25}
+NEEDS_TORCH = ("executing a vLLM release needs torch: pip install 'mla-spec[conform]' (on a machine without a "
+               "GPU first: pip install torch --index-url https://download.pytorch.org/whl/cpu)")
 CHUNK_MIN = 250  # shapes below which a second child costs more (its ~1.5 s start) than it saves
 
 
@@ -86,6 +92,8 @@ def _run_child(code: ReleaseCode, shapes: list[Shape], registry_id: str, options
     for line in proc.stdout.splitlines():
         row = json.loads(line)
         if "fatal" in row:
+            if "No module named 'torch'" in row["fatal"]:
+                raise HarnessError(NEEDS_TORCH)
             raise HarnessError(f"{code.label}: {row['fatal']}")
         if row.get("done"):
             done = True
@@ -93,5 +101,7 @@ def _run_child(code: ReleaseCode, shapes: list[Shape], registry_id: str, options
         rows.append(row)
     if not done:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        if "No module named 'torch'" in proc.stderr:
+            raise HarnessError(NEEDS_TORCH)
         raise HarnessError(f"{code.label}: the harness child stopped ({last})")
     return rows
