@@ -16,6 +16,7 @@ import torch
 
 from mla_model.derived import PARALLEL_DRAFTING_METHODS
 from mla_model.shape import FP8_KV_CACHE_DTYPES, GIB, Shape
+from spec.realcode.executed.harness import DEFAULTS
 
 KV_LORA_RANK, ROPE_DIM, NOPE_DIM, V_DIM = 512, 64, 128, 128
 HEAD_SIZE = KV_LORA_RANK + ROPE_DIM
