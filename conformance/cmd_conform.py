@@ -44,16 +44,10 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 def _records(path: Path, backend: str, fault: str | None, keys: set[str]) -> dict[str, dict[str, Any]]:
     """The latest record of each case of this run (backend, fault) in the results file."""
-    out: dict[str, dict[str, Any]] = {}
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if r.get("key") in keys and r.get("backend") == backend and r.get("fault") == fault:
-                out[r["key"]] = r
-    return out
+    from conformance.runner import ResultsLog
+
+    return {r["key"]: r for r in ResultsLog(path).records()
+            if r.get("key") in keys and r.get("backend") == backend and r.get("fault") == fault}
 
 
 def _pytest_command(backend: str, cases: Path, out: Path, device: str, fault: str | None, kv_len: int | None,
@@ -159,6 +153,13 @@ def conform_command(backend, cases_path, out, device, fault, kv_len, full_contex
         raise BadInput(f"{cases_path}: {e}" if isinstance(e, UnicodeDecodeError) else str(e)) from None
     if not cases:
         raise BadInput(f"--cases {cases_path}: no cases in the file")
+    seen: dict[str, int] = {}
+    for c in cases:
+        seen[case_key(c)] = seen.get(case_key(c), 0) + 1
+    twice = [k for k, n in seen.items() if n > 1]
+    if twice:
+        raise BadInput(f"--cases {cases_path}: {len(twice)} case(s) appear more than once (first: {twice[0]}); "
+                       "a results file keeps one record per case")
     stale = stale_cases(cases)
     if stale:
         raise BadInput(f"{cases_path}: {len(stale)} case(s) no longer have their pinned route (first: {stale[0]}); "

@@ -253,24 +253,53 @@ class ResultsLog:
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
+        self._checked_tail = False
 
-    def records(self) -> list[dict[str, Any]]:
-        """Every complete record (a line cut short by an interrupted run is ignored)."""
+    def records(self) -> Iterator[dict[str, Any]]:
+        """Every complete record, read line by line (a line cut short by an interrupted run is skipped)."""
         if not self.path.exists():
-            return []
-        out = []
-        for line in self.path.read_text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-        return out
+            return
+        with self.path.open(encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if not line.endswith("\n"):
+                    return  # the torn last line of an interrupted run: its case runs again
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(record, dict):
+                    yield record
+
+    def _drop_torn_tail(self) -> None:
+        """Cut a last line an interrupted run left without its newline, so new records start on a line."""
+        self._checked_tail = True
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            return
+        with self.path.open("rb+") as f:
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) == b"\n":
+                return
+            size = f.seek(0, os.SEEK_END)
+            keep = 0
+            step = 1 << 16
+            while size > 0:  # scan back for the last newline
+                start = max(0, size - step)
+                f.seek(start)
+                chunk = f.read(size - start)
+                at = chunk.rfind(b"\n")
+                if at >= 0:
+                    keep = start + at + 1
+                    break
+                size = start
+            f.truncate(keep)
 
     def done(self, backend: str, fault: str | None) -> set[str]:
         return {r["key"] for r in self.records() if r.get("backend") == backend and r.get("fault") == fault}
 
     def append(self, record: dict[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not self._checked_tail:
+            self._drop_torn_tail()
         line = (json.dumps(record, default=_plain) + "\n").encode()
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:

@@ -191,3 +191,25 @@ def test_every_option_of_every_command_has_help():
     bare = [(name, p.opts[0]) for name, cmd in main.commands.items() for p in cmd.params
             if isinstance(p, click.Option) and not p.help and "--help" not in p.opts]
     assert not bare
+
+
+def test_conform_refuses_duplicate_case_ids_naming_one(tmp_path):
+    line = open("tests/generated/vllm_028/cases.jsonl").readline()
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text(line + line)
+    out = run("conform", "--backend", "model", "--cases", str(cases))
+    assert out.returncode == 2 and "more than once" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_a_torn_last_results_line_is_dropped_and_its_case_runs_again(tmp_path):
+    pytest.importorskip("torch")
+    from conformance.runner import ResultsLog
+
+    path = tmp_path / "results.jsonl"
+    path.write_text('{"key": "a", "backend": "model", "fault": null}\n{"key": "b", "backe')
+    log = ResultsLog(path)
+    assert [r["key"] for r in log.records()] == ["a"]
+    log.append({"key": "c", "backend": "model", "fault": None})
+    assert path.read_text().splitlines() == ['{"key": "a", "backend": "model", "fault": null}',
+                                             '{"key": "c", "backend": "model", "fault": null}']
+    assert log.done("model", None) == {"a", "c"}
