@@ -123,7 +123,10 @@ def _print_summary(summary: dict[str, Any], backend: str, console: Console) -> N
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
 @click.option("--fault", default=None, metavar="NAME",
               help="model backend only: fp8-read-as-bf16, repeat-pad-non-divisor or metadata-short-qlen.")
-@click.option("--kv-len", type=click.IntRange(min=1), default=None, help="Context tokens per request, from [1, N].")
+# 262,144 tokens: beyond the longest context of any MLA checkpoint (DeepSeek-V3 and Kimi serve 128K-256K);
+# past it one request's KV alone is gigabytes, and a run would exhaust memory instead of answering.
+@click.option("--kv-len", type=click.IntRange(min=1, max=262_144), default=None,
+              help="Context tokens per request, from [1, N] (N at most 262,144).")
 @click.option("--full-context", is_flag=True, help="Every request holds exactly --kv-len context tokens (timing).")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
               help="pytest-xdist workers, one per GPU.")
