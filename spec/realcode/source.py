@@ -20,6 +20,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from rich.console import Console
+
 RELATIVE_PATH = Path("vllm/v1/attention/backends/mla/rocm_aiter_mla.py")
 _VERSION = re.compile(r"^\d+\.\d+(\.\d+)?([a-z0-9.+-]*)$")
 
@@ -55,13 +57,14 @@ def release_tree(version: str) -> Path:
     root = cache_dir() / version / "tree"
     if (root / RELATIVE_PATH).is_file():
         return root
-    print(f"mla-spec: fetching the vLLM {version} sdist from PyPI (about 40-50 MB, once) into {root.parent}",
-          file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory(prefix="mla-spec-pip-") as tmp:
         env = dict(os.environ, TMPDIR=tmp, PIP_DISABLE_PIP_VERSION_CHECK="1")
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
                "--no-build-isolation", "--no-clean", f"vllm=={version}", "-d", os.path.join(tmp, "out")]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+        # A transient status on a terminal (nothing on a pipe, so an error stays one line).
+        with Console(stderr=True).status(f"fetching the vLLM {version} sdist from PyPI (about 40-50 MB, once) "
+                                         f"into {root.parent}"):
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
         found = sorted(Path(tmp).glob(f"pip-*/vllm_*/{RELATIVE_PATH}")) or sorted(Path(tmp).rglob(str(RELATIVE_PATH)))
         if not found:
             if "No matching distribution" in proc.stderr or "Could not find a version" in proc.stderr:
