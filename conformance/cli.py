@@ -212,23 +212,18 @@ def audit_command(vllm_flag, releases, registries, invariants, fmt, max_classes,
 def _executed_all(releases: tuple[str, ...], count: int) -> dict[str, Any]:
     from spec.realcode.bind import default_model, executed_comparison
     from spec.realcode.executed.harness import HarnessError
-    from spec.realcode.source import SourceError
+    from spec.realcode.source import SourceError, release_version
 
     out: dict[str, Any] = {}
     for spec in releases:
-        label = spec if spec.startswith("vllm==") else f"vllm=={spec}" if is_release_spec(spec) else spec
+        version = release_version(spec)
+        label = f"vllm=={version}" if version else spec  # as check labels the release's column
         model = default_model(label)
         try:
             out[label] = executed_comparison(spec, model, count) if model else None
         except (SourceError, HarnessError) as e:
             raise BadInput(str(e)) from None
     return out
-
-
-def is_release_spec(spec: str) -> bool:
-    from spec.realcode.source import is_release
-
-    return is_release(spec)
 
 
 def _executed_cell(e: Any) -> str:

@@ -29,7 +29,6 @@ runnable by the same rule.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -38,7 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from spec.realcode.source import SourceError, is_release, release_tree, tree_of
+from spec.realcode.executed.harness import child_env
+from spec.realcode.source import SourceError, release_tree, release_version, tree_of
 
 TESTS_DIR = Path("tests/v1/attention")
 MARKER = "aiter_mla"
@@ -63,10 +63,10 @@ def shipped_files(tree: Path) -> list[Path]:
 
 
 def _release_tree(version: str) -> Path:
-    version = version.split("==", 1)[1] if version.startswith("vllm==") else version
-    if not is_release(version):
+    bare = release_version(version)
+    if bare is None:
         raise SourceError(f"{version}: not a vLLM release version (e.g. 0.28.0)")
-    return release_tree(version)
+    return release_tree(bare)
 
 
 def resolve_against(release_root: Path, against: str | None, release: str) -> tuple[str, Path, Path]:
@@ -76,9 +76,8 @@ def resolve_against(release_root: Path, against: str | None, release: str) -> tu
     if against is None:
         code = release_code(release)
         return code.label, code.file, code.tree or release_root
-    spec = against.split("==", 1)[1] if against.startswith("vllm==") else against
-    if not is_release(spec):
-        p = Path(spec)
+    if release_version(against) is None:
+        p = Path(against)
         if p.is_file() and tree_of(p) is None:
             return str(p), p.resolve(), release_root
     code = release_code(against)
@@ -95,7 +94,7 @@ def run_shipped_tests(release: str, against: str | None = None, arch: str = DEFA
     """
     if arch not in ARCHES:
         raise SourceError(f"arch {arch}: not one of {', '.join(ARCHES)}")
-    version = release.split("==", 1)[1] if release.startswith("vllm==") else release
+    version = release_version(release) or release
     root = _release_tree(version)
     files = shipped_files(root)
     if not files:
@@ -129,9 +128,8 @@ def run_test_files(tests_dir: Path, names: list[str], file: Path, tree: Path, ar
         out = work / "result.json"
         request = {"file": str(file), "tree": str(tree), "arch": arch, "registry": registry_id,
                    "tests": [str(TESTS_DIR / n) for n in names], "out": str(out), "select": select}
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "AITER_", "PYTEST_"))}
-        env.update(PYTHONDONTWRITEBYTECODE="1", PYTEST_DISABLE_PLUGIN_AUTOLOAD="1", CUDA_VISIBLE_DEVICES="",
-                   HIP_VISIBLE_DEVICES="")
+        env = child_env("PYTEST_")
+        env.update(PYTEST_DISABLE_PLUGIN_AUTOLOAD="1", CUDA_VISIBLE_DEVICES="", HIP_VISIBLE_DEVICES="")
         try:
             proc = subprocess.run([sys.executable, "-m", "spec.realcode.shipped_tests"], input=json.dumps(request),
                                   capture_output=True, text=True, cwd=scratch, env=env, timeout=timeout)

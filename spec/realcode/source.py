@@ -42,6 +42,12 @@ def cache_dir() -> Path:
     return Path(base) / "mla-spec" / "vllm"
 
 
+def release_version(spec: str) -> str | None:
+    """The version a release spec names, ``0.28.0`` or ``vllm==0.28.0`` (one spelling everywhere); None for a path."""
+    bare = spec[len("vllm=="):] if spec.startswith("vllm==") else spec
+    return bare if is_release(bare) else None
+
+
 def is_release(spec: str) -> bool:
     return bool(_VERSION.match(spec)) and not Path(spec).exists()
 
@@ -108,11 +114,10 @@ def tree_of(path: Path) -> Path | None:
 def resolve(spec: str) -> Source:
     """A path to the file, to a vLLM tree or installed package, or a release version (``0.28.0`` or
     ``vllm==0.28.0``: one spelling everywhere)."""
-    if spec.startswith("vllm==") and is_release(spec[len("vllm=="):]):
-        spec = spec[len("vllm=="):]
-    if is_release(spec):
-        path = fetch_release(spec)
-        return Source(f"vllm=={spec}", path, path.read_text())
+    version = release_version(spec)
+    if version is not None:
+        path = fetch_release(version)
+        return Source(f"vllm=={version}", path, path.read_text())
     p = Path(spec)
     if p.is_dir():
         for candidate in (p / RELATIVE_PATH, p / Path(*RELATIVE_PATH.parts[1:])):

@@ -28,8 +28,6 @@ from typing import Any
 STUBS = Path(__file__).resolve().parent / "stubs"
 STUBBED_ROOTS = ("vllm", "aiter", "mla_spec_stub")
 MODULE = "vllm.v1.attention.backends.mla.rocm_aiter_mla"
-LAYER = "model.layers.0.self_attn.attn"
-KV_LORA_RANK, ROPE_DIM, NOPE_DIM = 512, 64, 128
 
 
 class StubsOnly(importlib.abc.MetaPathFinder):
@@ -144,7 +142,7 @@ class Step:
         device = torch.device(self.options.get("device", "cpu"))
         try:
             vllm_config, kv_spec = configs.vllm_config(shape, self.options)
-            builder = self.module.AiterMLAMetadataBuilder(kv_spec, [LAYER], vllm_config, device)
+            builder = self.module.AiterMLAMetadataBuilder(kv_spec, [configs.LAYER], vllm_config, device)
             out["threshold"] = builder.reorder_batch_threshold
             out["mtp_decode_qlen"] = getattr(builder, "_mtp_decode_qlen", None)
             # The buffers cover the largest qlen any sizing call asked for (0.34.0 sizes per qlen and

@@ -20,6 +20,7 @@ from spec.realcode.executed.harness import DEFAULTS
 
 KV_LORA_RANK, ROPE_DIM, NOPE_DIM, V_DIM = 512, 64, 128, 128
 HEAD_SIZE = KV_LORA_RANK + ROPE_DIM
+LAYER = "model.layers.0.self_attn.attn"  # the one attention layer the builder is built for
 
 
 def option(options: dict[str, Any], name: str) -> Any:
@@ -99,7 +100,7 @@ def vllm_config(shape: Shape, options: dict[str, Any]) -> tuple[Any, Any]:
         parallel_config=Bag("parallel_config", decode_context_parallel_size=shape.dcp_world_size,
                             cp_kv_cache_interleave_size=1, prefill_context_parallel_size=1),
         compilation_config=Bag("compilation_config", cudagraph_mode=_CudagraphMode(shape.full_cudagraph),
-                               static_forward_context={"model.layers.0.self_attn.attn": layer}),
+                               static_forward_context={LAYER: layer}),
         speculative_config=speculative_config(shape),
         # VllmConfig.use_v2_model_runner (0.31.0 vllm/config/vllm.py L701-760): V2 unless the env knob says
         # otherwise, Triton is missing, V2 lacks a feature, or the ROCm architecture is DeepseekV32/V4 or

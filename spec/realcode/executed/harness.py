@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from mla_model.shape import Shape
-from spec.realcode.source import RELATIVE_PATH, SourceError, is_release, release_tree, tree_of
+from spec.realcode.source import RELATIVE_PATH, SourceError, release_tree, release_version, tree_of
 
 
 # What the harness gives vLLM where the Shape does not decide (configs.py reads them; an option of the
@@ -45,10 +45,10 @@ class ReleaseCode:
 
 def release_code(spec: str, tree: str | Path | None = None) -> ReleaseCode:
     """A release version, a vLLM tree, or a rocm_aiter_mla.py (inside a tree, or with ``tree`` given)."""
-    spec = spec.split("==", 1)[1] if spec.startswith("vllm==") else spec
-    if is_release(spec):
-        root = release_tree(spec)
-        return ReleaseCode(f"vllm=={spec}", root / RELATIVE_PATH, root)
+    version = release_version(spec)
+    if version is not None:
+        root = release_tree(version)
+        return ReleaseCode(f"vllm=={version}", root / RELATIVE_PATH, root)
     p = Path(spec)
     if p.is_dir():
         p = p / RELATIVE_PATH
@@ -78,13 +78,20 @@ def execute(code: ReleaseCode, shapes: Iterable[Shape], registry_id: str = "aite
     return [row for part in parts for row in part]
 
 
+def child_env(*dropped_prefixes: str) -> dict[str, str]:
+    """The environment of a harness child: the user's, less every ``VLLM_``/``AITER_`` knob (the release
+    reads the stubs' answers, never the caller's settings) and any other prefix named."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "AITER_", *dropped_prefixes))}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
 def _run_child(code: ReleaseCode, shapes: list[Shape], registry_id: str, options: dict[str, Any] | None,
                seed: int, timeout: float) -> list[dict[str, Any]]:
     request = {"file": str(code.file), "tree": str(code.tree) if code.tree else None, "registry": registry_id,
                "shapes": [s.to_json() for s in shapes], "options": options or {}, "seed": seed}
     with tempfile.TemporaryDirectory(prefix="mla-spec-exec-") as scratch:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "AITER_"))}
-        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        env = child_env()
         env.setdefault("OMP_NUM_THREADS", "1")  # small tensors: one thread per child, children side by side
         proc = subprocess.run([sys.executable, "-m", "spec.realcode.executed.child"], input=json.dumps(request),
                               capture_output=True, text=True, cwd=scratch, env=env, timeout=timeout)
