@@ -27,8 +27,8 @@ from conformance.cli_common import (
 from mla_model.registry import REGISTRY_IDS, load_registry
 from mla_model.revisions import REVISIONS
 from mla_model.shape import Shape
-from spec.invariants import INVARIANT_BY_ID, INVARIANTS
-from spec.prover import DEFAULT_TIMEOUT_MS, PROVED, UNKNOWN, VIOLATED, CheckResult, check
+from spec.proof.invariants import INVARIANT_BY_ID, INVARIANTS
+from spec.proof.prover import DEFAULT_TIMEOUT_MS, PROVED, UNKNOWN, VIOLATED, CheckResult, check
 
 
 @click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
@@ -347,7 +347,7 @@ def explain_command(revision, registry, case_ref, cases_file, fmt, **fields) -> 
     """Explain one shape: each gate and its conditions, the route, AITER's kernel lookup, each invariant
     (with the conjunct that breaks), and why the persistent schedule is off."""
     from mla_model.case import parse_case_id, read_cases
-    from spec.explain import explain
+    from spec.analyses.explain import explain
 
     given = {k: v for k, v in fields.items() if v is not None}
     try:

@@ -19,7 +19,7 @@ DEFAULT_REGISTRY = "aiter-0.1.20"
 
 
 def _generate(job: tuple[str, str, int]) -> list[Case]:
-    from spec.cases import generate
+    from spec.analyses.cases import generate
 
     return generate(*job)
 
@@ -50,7 +50,7 @@ def cases_command(revisions, registry, style, routes, out, fmt) -> None:
     if style == "suite" and out.exists() and not out.is_dir():
         raise BadInput(f"--out {out} is a file; the suite style writes a folder")
     jobs = [(rev, registry, routes) for rev in chosen]
-    from spec.cases import SolverGaveUp
+    from spec.analyses.cases import SolverGaveUp
 
     try:
         if len(jobs) > 1:  # one process per revision: z3 is single-threaded

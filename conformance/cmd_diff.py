@@ -1,4 +1,4 @@
-"""``mla-spec diff OLD NEW``: where the routing changes between two gate revisions (:mod:`spec.diff`)."""
+"""``mla-spec diff OLD NEW``: where the routing changes between two gate revisions (:mod:`spec.analyses.diff`)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from mla_model.revisions import REVISIONS
 from mla_model.revisions.base import Revision
 
 if TYPE_CHECKING:
-    from spec.diff import Diff
+    from spec.analyses.diff import Diff
 
 RELEASE_PREFIX = "vllm=="
 
@@ -59,7 +59,7 @@ def diff_command(old, new, registry, fail_on_new_routes, fmt) -> None:
     rocm_aiter_mla.py files / vLLM trees.  A route is the path, the ASM kernel and the
     persistent-metadata sizing; only shapes of the bounded box valid under both revisions count.
     """
-    from spec.diff import diff
+    from spec.analyses.diff import diff
     from spec.realcode.symexec import LiftingUnsupported
 
     before, after = load_revision(old), load_revision(new)

@@ -63,7 +63,7 @@ def graph_command(revision, registry, out, fmt) -> None:
     if registry not in REGISTRY_IDS:
         raise BadInput(f"unknown registry {registry!r}; known: {', '.join(REGISTRY_IDS)}")
     from conformance.graph_render import FORMATS, render
-    from spec.graph import Undecided, graph_json, pin_witnesses, routing_graph
+    from spec.analyses.graph import Undecided, graph_json, pin_witnesses, routing_graph
 
     if out is not None:
         _writable(out, FORMATS)

@@ -1,6 +1,6 @@
 """``mla-spec mutate``: mutants of vLLM 0.28.0's real rocm_aiter_mla.py, our generated cases vs the shipped tests.
 
-See :mod:`spec.mutation`.  Exit status: 0 when our generated cases kill every
+See :mod:`spec.analyses.mutation`.  Exit status: 0 when our generated cases kill every
 mutant not proved equivalent; 1 when a mutant that is not equivalent survives
 them; 3 when the only survivors are ones whose equivalence is unknown; 2 for
 bad input (an unknown ``--mutant``, a release that cannot be fetched, or an
@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from conformance.cli_common import EXIT_OK, EXIT_UNKNOWN, EXIT_VIOLATED, BadInput, Seconds, format_option
-from spec.mutation import DEFAULT_TIMEOUT_MS, REGISTRY_ID, REVISION_ID, UNKNOWN, MutantResult, MutationReport
+from spec.analyses.mutation import DEFAULT_TIMEOUT_MS, REGISTRY_ID, REVISION_ID, UNKNOWN, MutantResult, MutationReport
 
 
 def _mark(killers: tuple[str, ...]) -> str:
@@ -66,7 +66,7 @@ def _print_text(report: MutationReport, console: Console) -> None:
 @click.option("--mutant", "select", multiple=True, metavar="ID", help="Only this mutant (repeatable).")
 def mutate_command(fmt, timeout, workers, select) -> None:
     """Mutants of vLLM 0.28.0's real routing code: killed by our generated cases? by vLLM's shipped tests? equivalent?"""
-    from spec.mutation import BaselineError, score
+    from spec.analyses.mutation import BaselineError, score
     from spec.realcode.source import SourceError
 
     try:

@@ -1,4 +1,4 @@
-"""Draw the routing graph of :mod:`spec.graph`: PNG/SVG through networkx + matplotlib, DOT through pydot.
+"""Draw the routing graph of :mod:`spec.analyses.graph`: PNG/SVG through networkx + matplotlib, DOT through pydot.
 
 No system graphviz is needed.  The layout is layered left to right: forward_mqa's
 decisions (one column, in vLLM's order, each level with the path it selects),

@@ -1,6 +1,6 @@
 """A test case: one concrete decode step and the route a gate revision gives it.
 
-Cases are written by ``mla-spec cases`` (spec/cases.py, which needs z3) and
+Cases are written by ``mla-spec cases`` (spec/analyses/cases.py, which needs z3) and
 read by the generated pytest modules and by the GPU conformance runner, which
 has no z3; so this module depends on nothing but the model.
 

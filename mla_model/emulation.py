@@ -247,7 +247,7 @@ def _dequantised(x: torch.Tensor, scale: float) -> torch.Tensor:
 
 
 def _gluon_refusal(decision: Decision) -> str | None:
-    """The first refusal on the Gluon path, in the order spec.view.failure_kind names it (build, then arch)."""
+    """The first refusal on the Gluon path, in the order spec.proof.views.failure_kind names it (build, then arch)."""
     g = decision.gluon
     for ok, why in ((g.built, "no Gluon build on this machine"),
                     (g.arch_ok, "mla_gluon asserts gfx950 (CDNA4)"),

@@ -34,9 +34,9 @@ from typing import Any, Callable
 
 from mla_model.revisions import REVISIONS
 from mla_model.shape import Shape
-from spec.diff import Diff, Region
-from spec.invariants import INVARIANT_BY_ID
-from spec.prover import UNKNOWN, VIOLATED, CheckResult
+from spec.analyses.diff import Diff, Region
+from spec.proof.invariants import INVARIANT_BY_ID
+from spec.proof.prover import UNKNOWN, VIOLATED, CheckResult
 from spec.realcode.source import RELATIVE_PATH
 
 SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"

@@ -14,8 +14,8 @@ from conformance.case_modules import module_name, slug
 from conformance.cli import main
 from mla_model.case import case_id, parse_case_id, read_cases
 from mla_model.revisions import REVISIONS
-from spec.cases import generate
-from spec.strategies import shapes
+from spec.analyses.cases import generate
+from spec.proof.strategies import shapes
 
 GENERATED = Path(__file__).parent / "generated"
 

@@ -73,7 +73,7 @@ def test_list_json_names_every_revision_registry_and_invariant():
 def test_docs_describe_every_invariant_as_the_catalogue_does():
     from pathlib import Path
 
-    from spec.invariants import INVARIANTS
+    from spec.proof.invariants import INVARIANTS
 
     text = Path(__file__).parent.parent.joinpath("docs", "invariants.md").read_text()
     for inv in INVARIANTS:

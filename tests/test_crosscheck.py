@@ -14,9 +14,9 @@ import pytest
 
 from mla_model.registry import REGISTRY_IDS
 from mla_model.revisions import REVISIONS
-from spec.bruteforce import sweep
-from spec.invariants import INVARIANTS
-from spec.prover import PROVED, check
+from spec.proof.bruteforce import sweep
+from spec.proof.invariants import INVARIANTS
+from spec.proof.prover import PROVED, check
 
 
 def _key(view: dict) -> tuple:

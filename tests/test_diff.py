@@ -2,8 +2,8 @@
 
 The acceptance check of the diff: every region's shape count equals a brute-force count over the box
 of shapes that change exactly that way, no shape of a region changes any other way, and the regions
-together hold every changed shape.  The brute force shares nothing with spec/grid.py and
-spec/regions.py: every valid shape is laid out row by row with numpy (fields nothing reads only
+together hold every changed shape.  The brute force shares nothing with spec/analyses/shape_grid.py and
+spec/analyses/regions.py: every valid shape is laid out row by row with numpy (fields nothing reads only
 multiply counts), both routes run in the numpy interpretation on every row, AITER's lookup on each
 distinct request, and ``kernel_name`` resolves each distinct lookup key in plain Python.
 """
@@ -30,8 +30,8 @@ from mla_model.registry import asm_lookup, kernel_name, load_registry
 from mla_model.revisions import REVISIONS
 from mla_model.route import ASM_PATHS, PATHS, KernelRequest
 from mla_model.shape import FIELD_BY_NAME, FIELDS, Q_DTYPES, Shape
-from spec.diff import UNCHANGED, diff
-from spec.symbolic import FieldTracer, symbolic_shape
+from spec.analyses.diff import UNCHANGED, diff
+from spec.proof.terms import FieldTracer, symbolic_shape
 
 REGISTRY = "aiter-0.1.20"
 MINI = Path(__file__).parent / "data" / "mini_rocm_aiter_mla.py"

@@ -136,7 +136,7 @@ def test_the_harness_leaves_no_scratch_behind(tmp_path, monkeypatch):
 def test_every_counterexample_of_vllm_0_27_fails_in_0_27_1_as_check_predicts():
     """Each solver-found counterexample, executed in 0.27.1: the outcome (ran / AITER's failure / vLLM
     raising), path and kernel facts are the ones the model's failure order predicts for it."""
-    from spec.cases import generate
+    from spec.analyses.cases import generate
 
     revision = get_revision("vllm-0.27")
     cases = [c for c in generate("vllm-0.27") if "invariant " in c.origin]

@@ -20,8 +20,8 @@ from mla_model.registry import REGISTRY_IDS, load_registry
 from mla_model.revisions import REVISIONS
 from mla_model.route import KernelRequest
 from mla_model.vectorised import columns_of, shape_arrays
-from spec.invariants import INVARIANTS
-from spec.strategies import shapes
+from spec.proof.invariants import INVARIANTS
+from spec.proof.strategies import shapes
 
 
 def _at(value, i, n):

@@ -16,8 +16,8 @@ from mla_model.logic import choose, eq
 from mla_model.revisions import main_pre_51011, vllm_027, vllm_028
 from mla_model.revisions.base import whitelist_mtp_decode_qlen
 from mla_model.shape import KV_CACHE_DTYPES
-from spec.invariants import INVARIANT_BY_ID, INVARIANTS
-from spec.prover import PROVED, VIOLATED, check
+from spec.proof.invariants import INVARIANT_BY_ID, INVARIANTS
+from spec.proof.prover import PROVED, VIOLATED, check
 
 _verify_028 = vllm_028.use_gluon_verify
 

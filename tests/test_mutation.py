@@ -16,16 +16,16 @@ import pytest
 from click.testing import CliRunner
 
 from conformance import cmd_mutate
-from spec import mutants as mutants_mod
-from spec.mutants import NOT_LIFTED, REGIONS, RELEASE, generate, release_mutants, shadow_tree
-from spec.mutation import UNKNOWN, MutantResult, MutationReport, _equivalent, score
+from spec.analyses import mutants as mutants_mod
+from spec.analyses.mutants import NOT_LIFTED, REGIONS, RELEASE, generate, release_mutants, shadow_tree
+from spec.analyses.mutation import UNKNOWN, MutantResult, MutationReport, _equivalent, score
 
 pytestmark = pytest.mark.network
 
 KILLABLE = "use_gluon_decode/ror/L914.11"  # num_heads >= m -> > m: 16 heads on gfx950 go to Gluon
 EQUIVALENT = "use_persistent_metadata/drop/L699.12/3"  # drops `max_qo_len >= 1`: every decode has qlen >= 1
 REPO = Path(__file__).resolve().parents[1]
-OURS = ("spec/mutants.py", "spec/mutation.py", "conformance/cmd_mutate.py", "docs/mutation.md", "tests/test_mutation.py")
+OURS = ("spec/analyses/mutants.py", "spec/analyses/mutation.py", "conformance/cmd_mutate.py", "docs/mutation.md", "tests/test_mutation.py")
 
 
 @pytest.fixture(scope="module")
@@ -148,9 +148,9 @@ def _fake(report: MutationReport, equivalent: object, generated: tuple[str, ...]
 @pytest.mark.parametrize("equivalent,generated,code", [
     (False, ("some-case",), 0), (True, (), 0), (False, (), 1), (UNKNOWN, (), 3)])
 def test_exit_status_follows_the_survivors(report, monkeypatch, equivalent, generated, code):
-    import spec.mutation
+    import spec.analyses.mutation
 
-    monkeypatch.setattr(spec.mutation, "score", lambda **kw: _fake(report, equivalent, generated))
+    monkeypatch.setattr(spec.analyses.mutation, "score", lambda **kw: _fake(report, equivalent, generated))
     for fmt in ("text", "json"):
         result = CliRunner().invoke(cmd_mutate.mutate_command, ["--format", fmt])
         assert result.exit_code == code, result.output

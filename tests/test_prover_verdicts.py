@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from mla_model.registry import REGISTRY_IDS
-from spec.invariants import INVARIANT_BY_ID, INVARIANTS
-from spec.prover import PROVED, VIOLATED, check
+from spec.proof.invariants import INVARIANT_BY_ID, INVARIANTS
+from spec.proof.prover import PROVED, VIOLATED, check
 
 PRE_FIX = ("vllm-0.27", "main-pre-51011")
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from spec.invariants import INVARIANT_BY_ID
-from spec.prover import PROVED, check
+from spec.proof.invariants import INVARIANT_BY_ID
+from spec.proof.prover import PROVED, check
 from spec.realcode.bind import bind
 from spec.realcode.extract import RefusedCode, extract
 from spec.realcode.revision import RealGates, real_revision

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from spec.invariants import INVARIANT_BY_ID
-from spec.prover import PROVED, VIOLATED, check
+from spec.proof.invariants import INVARIANT_BY_ID
+from spec.proof.prover import PROVED, VIOLATED, check
 from spec.realcode.bind import bind
 from spec.realcode.revision import real_revision
 

@@ -18,7 +18,7 @@ from conformance.cli_common import OneLineErrors, shape_summary
 from conformance.cmd_diff import diff_command
 from mla_model.revisions import REVISIONS
 from mla_model.shape import Shape
-from spec.invariants import INVARIANT_BY_ID
+from spec.proof.invariants import INVARIANT_BY_ID
 from spec.sarif import ANCHOR_OF_INVARIANT, revision_location
 
 MINI = Path(__file__).parent / "data" / "mini_rocm_aiter_mla.py"

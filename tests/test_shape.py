@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 
 from mla_model.shape import FIELDS, Shape
-from spec.strategies import shapes
+from spec.proof.strategies import shapes
 
 
 def test_query_dtype_defaults_to_fp8_exactly_for_fp8_caches():

@@ -31,7 +31,7 @@ from mla_model.revisions import RELEASE_OF_REVISION
 from mla_model.revisions import get_revision
 from mla_model.revisions.base import Revision
 from mla_model.shape import ARCHS, ASM_PADDING_MODES, DCP_WORLD_SIZES, GIB, KV_CACHE_DTYPES, Shape
-from spec.prover import _z3, problem
+from spec.proof.prover import _z3, problem
 from spec.realcode.revision import RealGates, real_revision
 from spec.realcode.source import resolve
 from spec.realcode.symexec import LiftingUnsupported
@@ -182,7 +182,7 @@ def executed_comparison(spec: str, model_id: str, count: int = 2000, seed: int =
                         registry_id: str = "aiter-0.1.20") -> Any:
     """The executed differential: the release's real decode path run on the model revision's solver-found
     cases and ``count`` seeded random valid shapes, every routing fact compared (spec.realcode.executed)."""
-    from spec.cases import generate
+    from spec.analyses.cases import generate
     from spec.realcode.executed.differential import differential, random_shapes
     from spec.realcode.executed.harness import release_code
 

@@ -38,7 +38,7 @@ from spec.realcode.extract import extract
 from spec.realcode.sandbox import LoadedCode
 from spec.realcode.source import Source, resolve
 from spec.realcode.symexec import LIFTING_BUILTINS, Explorer, LiftingUnsupported, SymBool, SymInt, SymStr, fold
-from spec.symbolic import symbolic_shape
+from spec.proof.terms import symbolic_shape
 
 OUTPUTS = ("gd", "builder_gv", "impl_gv", "gate", "wants", "triton", "T", "m", "H", "heads_valid", "raises")
 

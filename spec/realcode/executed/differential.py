@@ -41,7 +41,7 @@ from mla_model.registry import Registry, kernel_name, load_registry
 from mla_model.revisions.base import Revision
 from mla_model.shape import ARCHS, ASM_PADDING_MODES, FP8_KV_CACHE_DTYPES, GIB, KV_CACHE_DTYPES, SPEC_METHODS, Shape
 from spec.realcode.executed.harness import DEFAULTS, ReleaseCode, execute
-from spec.view import failure_kind
+from spec.proof.views import failure_kind
 
 # The model's failure kind -> the outcome the executed step must show.  A missing Gluon build makes
 # vLLM itself raise (``_get_mla_gluon``: "requires an AITER build with the small-head Gluon MLA kernel").

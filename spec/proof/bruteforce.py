@@ -29,9 +29,9 @@ from mla_model.logic import EnumTerm
 from mla_model.registry import load_registry
 from mla_model.revisions import get_revision
 from mla_model.shape import FIELD_BY_NAME, FIELDS, Shape
-from spec.invariants import Invariant
-from spec.symbolic import FieldTracer, symbolic_shape
-from spec.view import view_terms
+from spec.proof.invariants import Invariant
+from spec.proof.terms import FieldTracer, symbolic_shape
+from spec.proof.views import view_terms
 
 # Fields swept as numpy columns (the large ones); the rest are looped over as scalars.
 _COLUMN_FIELDS = (

@@ -1,13 +1,13 @@
 """Mutation score: our generated cases against vLLM's own shipped tests, on mutants of the release's code.
 
-For every mutant of vLLM 0.28.0's real ``rocm_aiter_mla.py`` (:mod:`spec.mutants`:
+For every mutant of vLLM 0.28.0's real ``rocm_aiter_mla.py`` (:mod:`spec.analyses.mutants`:
 AST operators over the routing code, made at run time from the cached release
 file), written into a shadow vLLM tree in a scratch directory:
 
 * **killed by generated**: the executing harness
   (:func:`spec.realcode.executed.differential.differential`) runs the mutant's
   real decode path on the shapes of our generated cases
-  (``spec.cases.generate("vllm-0.28", "aiter-0.1.20")``, the suite committed in
+  (``spec.analyses.cases.generate("vllm-0.28", "aiter-0.1.20")``, the suite committed in
   ``tests/generated/vllm_028``) and compares each with the model revision
   ``vllm-0.28``; every case with a disagreement kills it (``generated_killers``:
   the case ids);
@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from mla_model.case import Case
-from spec.cases import generate
-from spec.mutants import NOT_LIFTED, RELEASE, Mutant, release_mutants, shadow_tree
+from spec.analyses.cases import generate
+from spec.analyses.mutants import NOT_LIFTED, RELEASE, Mutant, release_mutants, shadow_tree
 
 REVISION_ID = "vllm-0.28"
 REGISTRY_ID = "aiter-0.1.20"

@@ -1,6 +1,6 @@
 """The grid: every shape of the bounded box that a set of validity rules accepts, laid out for numpy.
 
-:mod:`spec.diff` evaluates two routes on every shape valid under both
+:mod:`spec.analyses.diff` evaluates two routes on every shape valid under both
 revisions.  Enumerating the box naively is billions of shapes; this module
 makes it millions of cells, exactly:
 
@@ -13,7 +13,7 @@ makes it millions of cells, exactly:
    ``dcp * heads``, keeps every value.)
 2. Fields tied together by a validity rule form a component; each component's
    valid rows are enumerated field by field, pruned as soon as a rule can be
-   evaluated (the layout of :mod:`spec.bruteforce`).  Fields only validity
+   evaluated (the layout of :mod:`spec.proof.bruteforce`).  Fields only validity
    reads are summed out as weights; fields nothing reads multiply every count
    by their box size.
 3. The grid is the product of the components, one numpy axis each, so every
@@ -36,8 +36,8 @@ import z3
 
 from mla_model.logic import EnumTerm
 from mla_model.shape import ARCHS, FIELD_BY_NAME, FIELDS, FP8_KV_CACHE_DTYPES, Q_DTYPES, Shape
-from spec.regions import Axis
-from spec.symbolic import box_constraints
+from spec.analyses.regions import Axis
+from spec.proof.terms import box_constraints
 
 Rule = tuple[Any, frozenset]  # (z3 term, the fields it reads)
 

@@ -14,7 +14,7 @@ Three sources, in this order in the output:
   and then the smallest shape, so a threshold ``num_heads < 16`` yields 15 and
   16.
 * **Counterexamples.**  The smallest shape of every counterexample class of
-  every invariant the revision violates (``spec.prover.check``).
+  every invariant the revision violates (``spec.proof.prover.check``).
 * **Thresholds.**  Both sides of each documented threshold on both arches, bf16
   and fp8: 16 heads, 8/12 heads (a divisor of 16 against a non-divisor: the
   two paddings), qlen 1/2 (decode against verify), qlen 4/5
@@ -41,11 +41,11 @@ import z3
 from mla_model.case import Case, case_id, case_seed, expected_route
 from mla_model.decision import decide
 from mla_model.shape import FIELD_BY_NAME, FIELDS, GIB, Shape
-from spec.invariants import INVARIANTS
-from spec.prover import (
+from spec.proof.invariants import INVARIANTS
+from spec.proof.prover import (
     _MINIMISE, UNKNOWN, VIOLATED, Problem, ProverDisagreement, _z3, canonical_model, check, minimise_in_order, problem,
 )
-from spec.symbolic import SymbolicShape, box_constraints, shape_pins
+from spec.proof.terms import SymbolicShape, box_constraints, shape_pins
 
 # The routing decisions whose conditions MC/DC covers, by Route field (vLLM's names in the comments).
 DECISIONS = (

@@ -21,11 +21,11 @@ from mla_model.registry import Registry, kernel_name
 from mla_model.revisions.base import Revision
 from mla_model.route import HEAD_PADDINGS, PATHS
 from mla_model.shape import FIELDS, Q_DTYPES, Shape
-from spec.invariants import INVARIANTS
-from spec.cases import atoms_of, describe_atom, fields_of, is_membership, term_value
-from spec.prover import _z3, problem
-from spec.symbolic import shape_pins
-from spec.symptoms import describe_violation
+from spec.proof.invariants import INVARIANTS
+from spec.analyses.cases import atoms_of, describe_atom, fields_of, is_membership, term_value
+from spec.proof.prover import _z3, problem
+from spec.proof.terms import shape_pins
+from spec.proof.symptoms import describe_violation
 
 
 def _plain(value: Any) -> Any:
@@ -48,7 +48,7 @@ GATES = ("use_gluon_decode", "use_gluon_verify", "use_persistent_metadata")
 
 
 def decision_conditions(revision: Revision, registry: Registry, shape: Shape) -> dict[str, dict[str, Any]]:
-    """Each gate's value and the value of every atomic condition in it (spec.cases finds the atoms)."""
+    """Each gate's value and the value of every atomic condition in it (spec.analyses.cases finds the atoms)."""
     p = problem(revision, registry)
     names = set(p.symbolic.variables)
     out = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from mla_model.decision import Decision, asm_failure
 from mla_model.derived import is_quantized_kv_cache
 from mla_model.registry import Registry
-from spec.invariants import Invariant
+from spec.proof.invariants import Invariant
 
 
 def gluon_failure(d: Decision) -> str:

@@ -6,7 +6,7 @@ else ASM persistent / non-persistent), read off the revision's own ``Route.path`
 term so the graph is the model that is proved.  A leaf is what one step finally
 runs: the ASM kernel AITER resolves (``registry.kernel_name``, per arch), the
 Gluon kernel (by the KV dtype it reads), vLLM's Triton verify kernel, or the
-first failure on the step's path (``spec.view.failure_kind``: no ASM kernel,
+first failure on the step's path (``spec.proof.views.failure_kind``: no ASM kernel,
 get_block_n_fp8 KeyError, ...).
 
 A node or edge is *reachable* when some shape that the engine accepts
@@ -31,8 +31,8 @@ from mla_model.registry import Registry, kernel_name
 from mla_model.revisions.base import Revision
 from mla_model.route import ASM_PATHS, GLUON_PATHS, PATHS
 from mla_model.shape import FIELD_BY_NAME, FP8_KV_CACHE_DTYPES, GIB, Shape
-from spec.prover import Problem, _z3, canonical_model, problem
-from spec.view import failure_kind
+from spec.proof.prover import Problem, _z3, canonical_model, problem
+from spec.proof.views import failure_kind
 
 # forward_mqa's gate for each path (vLLM's names; use_triton_verify is 0.34's local).
 DECISIONS = {
@@ -51,7 +51,7 @@ FIXED_LEAVES = {
                 "kv fp8: mla_gluon bh16bn128, unscaled"),
     TRITON: ("kernel", "vLLM Triton MLA verify kernel", "vLLM's Triton verify (CDNA3)"),
 }
-FAILURE_TEXT = {  # spec.view.FAILURES, as a leaf reads
+FAILURE_TEXT = {  # spec.proof.views.FAILURES, as a leaf reads
     "vllm_raises": "vLLM raises before any kernel",
     "gluon_unbuilt": "no usable Gluon build",
     "gluon_arch": "Gluon asserts gfx950",
@@ -381,7 +381,7 @@ def routing_graph(revision: str | Revision, registry: str | Registry) -> nx.DiGr
 
 
 def pin_witnesses(g: nx.DiGraph) -> None:
-    """Replace each witness a node shows by the canonical shape of its leaf edge (``spec.prover.canonical_model``:
+    """Replace each witness a node shows by the canonical shape of its leaf edge (``spec.proof.prover.canonical_model``:
     Shape defaults where allowed, else the least value), the same on every run; about 25 solver calls a node."""
     p = g.graph["problem"]
     solver = _solver(p)

@@ -48,15 +48,15 @@ diffed.
 
 How
 ---
-1. The prover's encoding (:func:`spec.prover.problem`) of both route keys and
+1. The prover's encoding (:func:`spec.proof.prover.problem`) of both route keys and
    of each validity rule names the fields they read.
-2. :mod:`spec.grid` lays every shape valid under both revisions out as a
+2. :mod:`spec.analyses.shape_grid` lays every shape valid under both revisions out as a
    product grid (values no term tells apart merged, weighted by how many
    shapes they stand for).  Routes run in the numpy interpretation; where a
    revision answers in z3 (a release's gates lifted from the real code,
    :mod:`spec.realcode.revision`) its terms are evaluated on the same grid.
    AITER's lookup runs once per distinct kernel request.
-3. :mod:`spec.regions` writes each change as a few disjoint boxes; each box's
+3. :mod:`spec.analyses.regions` writes each change as a few disjoint boxes; each box's
    shape count is read off the grid, where the box is checked to hold only
    cells of its change.
 4. z3 then proves, on the prover's encoding and within the box, that every
@@ -81,12 +81,12 @@ from mla_model.registry import AsmLookup, KernelRow, Registry, asm_lookup
 from mla_model.revisions.base import Revision
 from mla_model.route import ASM_PATHS, PATHS, KernelRequest, Route
 from mla_model.shape import ARCHS, FIELD_BY_NAME, FIELDS, Q_DTYPES, Shape
-from spec.grid import (
+from spec.analyses.shape_grid import (
     Grid, build_grid, compiled, count_valid, decode_value, default_codes, relevant_rule, value_classes,
 )
-from spec.prover import SMALLEST_FIRST, Problem, _z3, problem
-from spec.regions import Box, summarise
-from spec.symbolic import box_constraints
+from spec.proof.prover import SMALLEST_FIRST, Problem, _z3, problem
+from spec.analyses.regions import Box, summarise
+from spec.proof.terms import box_constraints
 
 RAISES = "vllm_raises"
 ROUTE_PATHS = (*PATHS, RAISES)

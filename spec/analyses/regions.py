@@ -1,6 +1,6 @@
 """Readable regions: a labelled grid of shapes written as a few boxes per label.
 
-:mod:`spec.diff` lays the shapes out as a product grid, one numpy axis per
+:mod:`spec.analyses.diff` lays the shapes out as a product grid, one numpy axis per
 group of fields (an :class:`Axis`: its valid rows), and labels every cell with
 the change it sees there (0: none).  Here each label becomes a few disjoint
 boxes (per field a set of values; a shape is in a box when every field is in

@@ -1,7 +1,7 @@
 """Hypothesis strategies derived from the spec: shapes, optionally valid for a revision.
 
     from hypothesis import given
-    from spec.strategies import shapes
+    from spec.proof.strategies import shapes
 
     @given(shapes(valid=True, revision="vllm-0.28"))
     def test_my_gate(shape): ...

@@ -6,7 +6,7 @@ over unbounded integers:
 
 * unsat: PROVED.
 * sat: VIOLATED.  Counterexamples are then enumerated as distinct classes
-  (blocking clauses projected on the class view, see :mod:`spec.view`), and
+  (blocking clauses projected on the class view, see :mod:`spec.proof.views`), and
   within each class z3's Optimize picks the smallest heads, then qlen, then
   speculative tokens.  Every counterexample is re-executed through the plain
   Python interpretation before it is reported; a disagreement is a bug in
@@ -29,10 +29,10 @@ from mla_model.registry import Registry, load_registry
 from mla_model.revisions import get_revision
 from mla_model.revisions.base import Revision
 from mla_model.shape import ARCHS, FIELD_BY_NAME, FIELDS, FP8_KV_CACHE_DTYPES, KV_CACHE_DTYPES, Q_DTYPES, Shape
-from spec.invariants import Invariant
-from spec.symbolic import SymbolicShape, box_constraints, symbolic_shape
-from spec.symptoms import describe_violation
-from spec.view import view_terms
+from spec.proof.invariants import Invariant
+from spec.proof.terms import SymbolicShape, box_constraints, symbolic_shape
+from spec.proof.symptoms import describe_violation
+from spec.proof.views import view_terms
 
 PROVED, VIOLATED, UNKNOWN = "PROVED", "VIOLATED", "UNKNOWN"
 DEFAULT_TIMEOUT_MS = 30_000

@@ -1,4 +1,4 @@
-"""Benchmarks behind docs/benchmarks.md: ``python -m spec.benchmark [--sweep]``.
+"""Benchmarks behind docs/benchmarks.md: ``python -m benchmarks.run [--sweep]``.
 
 * the full default ``mla-spec check`` (every revision x registry x invariant,
   counterexample classes included), wall time of the installed command,
@@ -26,7 +26,7 @@ from mla_model.registry import REGISTRY_IDS, load_registry
 from mla_model.revisions import REVISIONS
 from mla_model.shape import FIELDS
 from mla_model.vectorised import shape_arrays
-from spec.invariants import INVARIANTS
+from spec.proof.invariants import INVARIANTS
 
 
 def random_columns(n: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -93,7 +93,7 @@ def main() -> None:
     for rid, rate in numpy_throughput().items():
         print(f"numpy interpretation, {rid}: {rate / 1e6:.2f} M shapes/s (route + lookup + 10 invariants + validity)")
     if args.sweep:
-        from spec.bruteforce import sweep
+        from spec.proof.bruteforce import sweep
 
         for rid in REVISIONS:
             for reg in REGISTRY_IDS:
