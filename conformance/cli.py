@@ -24,7 +24,7 @@ from conformance.cli_common import (
     EXIT_OK, EXIT_UNKNOWN, EXIT_VIOLATED, BadInput, OneLineErrors, Seconds, format_option, shape_options,
     shape_summary,
 )
-from mla_model.registry import REGISTRY_IDS, load_registry
+from mla_model.registry import NO_KERNEL, REGISTRY_IDS, load_registry
 from mla_model.revisions import REVISIONS
 from mla_model.shape import Shape
 from spec.proof.invariants import INVARIANT_BY_ID, INVARIANTS
@@ -394,7 +394,7 @@ def _print_explanation(out: dict, shape: Shape, revision: str, registry: str, co
     if r["path"].startswith("asm"):
         key = " ".join(f"{a}:{b}" for a, b in k["key"].items())
         console.print(f"  AITER: persistent={k['persistent_after_aiter']}  key {key}  -> "
-                      f"{k['kernel'] or '[red]no kernel[/]'}"
+                      + (k['kernel'] if k['kernel'] != NO_KERNEL else f"[red]{NO_KERNEL}[/]")
                       + (f"  get_block_n_fp8[{k['block_n_key']}] {'ok' if k['block_n_key_ok'] else '[red]KeyError[/]'}"
                          if k["block_n_lookup"] else ""))
     if "why_not_persistent" in out:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from mla_model.decision import decide
-from mla_model.registry import Registry, kernel_name
+from mla_model.registry import NO_KERNEL, Registry, resolved_kernel
 from mla_model.revisions.base import Revision
 from mla_model.shape import FP8_KV_CACHE_DTYPES, GIB, SPEC_METHODS, Shape
 
@@ -75,7 +75,7 @@ def expected_route(revision: Revision, registry: Registry, shape: Shape) -> dict
         "kv_dtype": r.request.kv_dtype,
         "causal": bool(r.request.causal),
         "aiter_persistent": bool(a.persistent) if on_asm else None,
-        "kernel": (kernel_name(registry, shape.arch, r.request, a) if on_asm else None),
+        "kernel": _kernel_json(resolved_kernel(registry, shape.arch, r.request, a)) if on_asm else None,
         "vllm_raises": bool(r.vllm_raises),
     }
 
@@ -182,3 +182,8 @@ def read_cases(path: Path) -> list[Case]:
         except (ValueError, TypeError, KeyError) as e:
             raise ValueError(f"{path}:{n}: {e}") from None
     return out
+
+
+def _kernel_json(name: str) -> str | None:
+    """A resolved kernel as the case JSON spells it: null where AITER has none (NO_KERNEL)."""
+    return None if name == NO_KERNEL else name

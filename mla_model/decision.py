@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mla_model.derived import kernel_kv_dtype
+from mla_model.failures import AsmCall, GluonCall
 from mla_model.logic import is_in
 from mla_model.registry import AsmLookup, GluonCheck, Registry, asm_lookup, gluon_check
 from mla_model.revisions.base import Revision
@@ -29,6 +30,18 @@ class Decision:
     def on_asm(self) -> Any:
         return is_in(self.route.path, ASM_PATHS)
 
+    @property
+    def gluon_call(self) -> GluonCall:
+        """What mla_gluon would be handed on this step."""
+        s = self.shape
+        return GluonCall(self.gluon, s.arch, s.q_dtype, kernel_kv_dtype(s), self.route.decode_heads, s.num_reqs,
+                         s.max_qo_len)
+
+    @property
+    def asm_call(self) -> AsmCall:
+        """What mla_decode_fwd would be handed on this step, and how AITER resolves it."""
+        return AsmCall(self.route.request, self.asm, self.shape.arch)
+
 
 def decide(revision: Revision, registry: Registry, s: Any) -> Decision:
     route = revision.route(s, registry)
@@ -41,24 +54,3 @@ def decide(revision: Revision, registry: Registry, s: Any) -> Decision:
             route.gluon_batch_is_one,
         ),
     )
-
-
-def asm_key(d: Decision) -> str:
-    """AITER's lookup key for the request, as asm_mla.cu prints it."""
-    a, r = d.asm, d.route.request
-    return (
-        f"q_type:{r.q_dtype} kv_type:{r.kv_dtype} gqa:{int(a.gqa)} ps:{int(bool(a.ps))} "
-        f"qseqlen:{int(a.qseqlen)} causal:{int(bool(a.causal))} on {d.shape.arch}"
-    )
-
-
-def asm_failure(d: Decision) -> str:
-    """What AITER raises for the ASM request, in its own words; empty when a kernel runs it."""
-    a, r = d.asm, d.route.request
-    if a.fold_error:
-        return f"AssertionError: nhead={r.padded_heads} and max_seqlen_q={r.kernel_qlen} not supported (persistent head fold)"
-    if a.check_error:
-        return f"AITER_CHECK failed in asm_mla.cu normalisation for gqa {r.padded_heads}, qlen {r.kernel_qlen} ({asm_key(d)})"
-    if not a.row_found:
-        return f"cannot get heuristic kernel! {asm_key(d)}"
-    return ""

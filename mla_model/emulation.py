@@ -38,7 +38,8 @@ from typing import Any
 
 import torch
 
-from mla_model.decision import Decision, asm_failure
+from mla_model.decision import Decision
+from mla_model.failures import first_failure
 from mla_model.reference import HEAD_DIM, V_HEAD_DIM, DecodeInputs, PagedKV, row_kv_lens
 from mla_model.registry import Registry
 from mla_model.route import ASM_PATHS, GLUON_PATHS
@@ -246,33 +247,18 @@ def _dequantised(x: torch.Tensor, scale: float) -> torch.Tensor:
     return x.to(torch.float32) * scale
 
 
-def _gluon_refusal(decision: Decision) -> str | None:
-    """The first refusal on the Gluon path, in the order spec.proof.views.failure_kind names it (build, then arch)."""
-    g = decision.gluon
-    for ok, why in ((g.built, "no Gluon build on this machine"),
-                    (g.arch_ok, "mla_gluon asserts gfx950 (CDNA4)"),
-                    (g.heads_ok, "mla_gluon asserts its nhead bound"),
-                    (g.dtype_ok, "mla_gluon asserts a bf16 query and bf16 or fp8-e4m3fn KV"),
-                    (g.batch_ok, "mla_gluon's fp8 regime asserts batch_size == 1")):
-        if not ok:
-            return why
-    return None
-
-
-def _asm_refusal(decision: Decision, registry: Registry) -> str | None:
-    """AITER's refusal of the ASM request, worded as AITER words it (the message check and explain show)."""
-    why = asm_failure(decision)
-    return f"AITER {registry.aiter_version}: {why}" if why else None
-
-
 def emulate(decision: Decision, registry: Registry, inputs: DecodeInputs, fault: str | None = None
             ) -> tuple[torch.Tensor, dict[str, Any]]:
     """The routed output ``[R * Q, H, 512]`` (bf16) and what the route did (splits, padding)."""
     route, shape = decision.route, decision.shape
     if fault is not None and not fault_touches(fault, decision):
         fault = None
-    if route.vllm_raises:
-        raise NoKernel("vLLM raises before any kernel runs (no non-causal fp8 qlen-2 kernel for these heads)")
+    failure = first_failure(decision)
+    if failure:  # a refusal of the request is NO_KERNEL; anything else raises what the code raises (a CRASH)
+        kind, why = failure
+        if not kind.refusal:
+            raise kind.exception(why)
+        raise NoKernel(f"AITER {registry.aiter_version}: {why}" if kind.where == "asm" else why)
     R, Q, H = inputs.num_reqs, inputs.qlen, inputs.num_heads
     kv = fp8_bytes_as_bf16(inputs.kv) if fault == "fp8-read-as-bf16" else inputs.kv
     seq_lens = kv.seq_lens
@@ -281,9 +267,6 @@ def emulate(decision: Decision, registry: Registry, inputs: DecodeInputs, fault:
 
     if route.path in GLUON_PATHS or route.path == "triton_verify":
         if route.path in GLUON_PATHS:
-            why = _gluon_refusal(decision)
-            if why:
-                raise NoKernel(why)
             splits = gluon_num_kv_splits(R, Q, H)
             bounds = gluon_split_bounds(rows, splits, _GLUON_BLOCK_N["fp8" if route.request.kv_dtype == "fp8" else "bf16"])
             kv_scale = kv.scale if route.kv_scale_passed else 1.0
@@ -305,9 +288,6 @@ def emulate(decision: Decision, registry: Registry, inputs: DecodeInputs, fault:
         splits = occupancy_num_kv_splits(CU_NUM[shape.arch], R, total_kv)
     else:
         splits = asm_num_kv_splits(registry, shape.arch, R, total_kv, m, qk, route.request.q_dtype)
-    why = _asm_refusal(decision, registry)  # after get_meta_param, whose KeyError AITER raises first
-    if why:
-        raise NoKernel(why)
     qp = pad_qlen(q, R, Q, qk)
     qp = as_kernel_heads(pad_heads(qp, H, m, padding), m)
     krows = row_kv_lens(seq_lens, qk, inputs.causal)

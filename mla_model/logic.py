@@ -28,6 +28,10 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+# A value in any of the three interpretations: a Python bool/int/str, a numpy array, a z3 term (or an
+# EnumTerm over one).  It cannot be named more precisely without importing z3, which the replay machine lacks.
+Term = Any
+
 try:  # the GPU replay machine has no z3; only the prover needs it
     import z3
 except ImportError:  # pragma: no cover - exercised on machines without z3

@@ -16,10 +16,13 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from mla_model.logic import all_of, any_of, eq, if_then_else, is_in, not_, product, product_in, tuple_in
+from mla_model.derived import KERNEL_KV_DTYPES
+from mla_model.logic import Term, all_of, any_of, choose, eq, if_then_else, is_in, not_, product, product_in, tuple_in
 from mla_model.route import KernelRequest
+from mla_model.shape import ARCHS, Q_DTYPES
 
 REGISTRY_IDS = ("aiter-0.1.19", "aiter-0.1.20")
+NO_KERNEL = "no kernel"  # what a request resolves to where AITER has no kernel for it
 
 # Head counts AITER's persistent path may see (padded to multiples of 16 by vLLM).
 _PADDED_HEAD_HINT = tuple(range(16, 129, 16))
@@ -249,18 +252,30 @@ def asm_lookup(reg: Registry, arch: Any, req: KernelRequest, num_reqs: Any) -> A
     )
 
 
-def kernel_name(reg: Registry, arch: str, req: KernelRequest, lookup: AsmLookup) -> str | None:
-    """The code object a concrete request resolves to (first matching row), or None."""
-    if not lookup.kernel_ok:
-        return None
-    for r in reg.kernels:
-        if (
-            r.lse == 0 and r.cprr == 0 and r.arch == arch and r.q == req.q_dtype and r.kv == req.kv_dtype
-            and r.gqa == lookup.gqa and bool(r.ps) == bool(lookup.ps) and r.qseqlen == lookup.qseqlen
-            and bool(r.causal) == bool(lookup.causal)
-        ):
-            return r.name
-    return None
+def _reachable_rows(reg: Registry) -> list[KernelRow]:
+    """Kernel-table rows vLLM can ask for: no LSE buffer, no CPRR, dtypes a request can carry (not byte KV)."""
+    return [r for r in reg.kernels if r.lse == 0 and r.cprr == 0 and r.arch in ARCHS and r.q in Q_DTYPES
+            and r.kv in KERNEL_KV_DTYPES]
+
+
+def kernel_names(reg: Registry) -> tuple[str, ...]:
+    """The decode code objects vLLM can reach, then NO_KERNEL."""
+    return (*dict.fromkeys(r.name for r in _reachable_rows(reg)), NO_KERNEL)
+
+
+def resolved_kernel(reg: Registry, arch: Any, req: KernelRequest, lookup: AsmLookup) -> Term:
+    """The code object a request resolves to: the first reachable row the lookup matches, else NO_KERNEL.
+
+    Written once, in the logic vocabulary: explain, the cases, the graph, the diff (numpy and z3) and the
+    executing harness's AITER stand-in all resolve kernels here."""
+    cases = [
+        (all_of(lookup.kernel_ok, eq(arch, r.arch), eq(req.q_dtype, r.q), eq(req.kv_dtype, r.kv),
+                lookup.gqa == r.gqa, lookup.ps == bool(r.ps), lookup.qseqlen == r.qseqlen,
+                lookup.causal == bool(r.causal)), r.name)
+        for r in _reachable_rows(reg)
+    ]
+    return choose(kernel_names(reg), cases, NO_KERNEL)
+
 
 
 # --- the Gluon path ---------------------------------------------------------------------

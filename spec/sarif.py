@@ -44,20 +44,6 @@ _ROOT = Path(__file__).resolve().parent.parent  # the directory holding mla_mode
 
 ShapeText = Callable[[Shape], str]
 
-# Where in rocm_aiter_mla.py each invariant's fault lives: the first line holding the anchor
-# (``def use_gluon_decode`` when the anchor is missing from that release).
-ANCHOR_OF_INVARIANT = {
-    "fp8-never-reaches-gluon": "def use_gluon_decode",
-    "gluon-only-where-built": "def _gluon_mla_decode_supported",
-    "gluon-fp8-batch-one": "def use_gluon_decode",
-    "decode-verify-disjoint": "def use_gluon_verify",
-    "metadata-covers-qlen": "self._mtp_decode_qlen =",
-    "block-n-key-exists": "self._mtp_decode_qlen =",
-    "builder-impl-agree": "def _build_decode",
-    "kernel-exists": "def _build_decode",
-    "head-padding-round-trips": "def get_mla_padded_q",
-    "total": "def forward_mqa",
-}
 DEFAULT_ANCHOR = "def use_gluon_decode"
 
 
@@ -84,7 +70,7 @@ def check_log(results: list[CheckResult], shape_text: ShapeText) -> dict[str, An
             "ruleIndex": checked.index(r.invariant),
             "level": "error" if r.verdict == VIOLATED else "warning",
             "message": {"text": text},
-            "locations": [revision_location(r.revision, ANCHOR_OF_INVARIANT.get(r.invariant, DEFAULT_ANCHOR))],
+            "locations": [revision_location(r.revision, INVARIANT_BY_ID[r.invariant].anchor)],
             "partialFingerprints": {"mlaSpecCheck/v1": f"{r.revision}|{r.registry}|{r.invariant}"},
             "properties": r.to_json(),
         })

@@ -5,7 +5,7 @@ of shapes that change exactly that way, no shape of a region changes any other w
 together hold every changed shape.  The brute force shares nothing with spec/analyses/shape_grid.py and
 spec/analyses/regions.py: every valid shape is laid out row by row with numpy (fields nothing reads only
 multiply counts), both routes run in the numpy interpretation on every row, AITER's lookup on each
-distinct request, and ``kernel_name`` resolves each distinct lookup key in plain Python.
+distinct request, and ``resolved_kernel`` resolves each distinct lookup key in plain Python.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from conformance.cmd_diff import diff_command
 from mla_model.decision import decide
 from mla_model.derived import KERNEL_KV_DTYPES
 from mla_model.logic import EnumTerm
-from mla_model.registry import asm_lookup, kernel_name, load_registry
+from mla_model.registry import NO_KERNEL, asm_lookup, load_registry, resolved_kernel
 from mla_model.revisions import REVISIONS
 from mla_model.route import ASM_PATHS, PATHS, KernelRequest
 from mla_model.shape import FIELD_BY_NAME, FIELDS, Q_DTYPES, Shape
@@ -93,7 +93,7 @@ def _keys(revision, reg, view, n: int, arch: str, kernels: dict) -> tuple[np.nda
         rest, digit = np.divmod(rest, radix)
         digits.append(digit)
     q, kv, m, qlen, ps, causal, reqs = reversed(digits)
-    # AITER's lookup in numpy over the distinct requests, then kernel_name in plain Python per distinct key.
+    # AITER's lookup in numpy over the distinct requests, then resolved_kernel in plain Python per distinct key.
     request = KernelRequest(EnumTerm(Q_DTYPES, q), EnumTerm(KERNEL_KV_DTYPES, kv), m, qlen, ps.astype(bool),
                             causal.astype(bool))
     a = asm_lookup(reg, arch, request, reqs)
@@ -103,7 +103,8 @@ def _keys(revision, reg, view, n: int, arch: str, kernels: dict) -> tuple[np.nda
         if (arch, key) not in kernels:
             qi, kvi, gqa, aps, qs, acausal, ok = key
             lookup = SimpleNamespace(kernel_ok=ok, gqa=gqa, ps=aps, qseqlen=qs, causal=acausal)
-            name = kernel_name(reg, arch, KernelRequest(Q_DTYPES[qi], KERNEL_KV_DTYPES[kvi], 0, 0, aps, acausal), lookup)
+            name = resolved_kernel(reg, arch, KernelRequest(Q_DTYPES[qi], KERNEL_KV_DTYPES[kvi], 0, 0, aps, acausal), lookup)
+            name = None if name == NO_KERNEL else name  # the key test_diff counts as no kernel
             kernels[(arch, key)] = kernels["names"].setdefault(name, len(kernels["names"]))
         ids.append(kernels[(arch, key)])
     kernel = np.asarray(ids, dtype=np.int64)[inverse.ravel()]

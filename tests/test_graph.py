@@ -20,7 +20,7 @@ from mla_model.route import PATHS
 from mla_model.shape import FIELD_BY_NAME, FIELDS, Shape
 from spec.proof.bruteforce import _applicable, _column, _encode, fields_read
 from spec.analyses.graph import GLUON_FP8, TRITON, leaf_of, routing_graph
-from spec.proof.views import failure_kind
+from mla_model.failures import failure_kind
 
 REGISTRY = "aiter-0.1.20"
 # A slice of the brute-force box (FieldSpec.box): every enum and flag value, these heads, qlens and k.

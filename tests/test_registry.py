@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mla_model.registry import KernelRow, asm_lookup, kernel_name, load_registry
+from mla_model.registry import NO_KERNEL, KernelRow, asm_lookup, load_registry, resolved_kernel
 from mla_model.route import KernelRequest
 
 
@@ -12,7 +12,8 @@ def lookup(reg_id, arch, q, kv, m, qlen, persistent, num_reqs=1, causal=True):
     reg = load_registry(reg_id)
     req = KernelRequest(q, kv, m, qlen, persistent, causal)
     a = asm_lookup(reg, arch, req, num_reqs)
-    return a, kernel_name(reg, arch, req, a)
+    name = resolved_kernel(reg, arch, req, a)
+    return a, None if name == NO_KERNEL else name
 
 
 def test_decode_row_counts_match_the_csv_tables():

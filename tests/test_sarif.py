@@ -19,7 +19,8 @@ from conformance.cmd_diff import diff_command
 from mla_model.revisions import REVISIONS
 from mla_model.shape import Shape
 from spec.proof.invariants import INVARIANT_BY_ID
-from spec.sarif import ANCHOR_OF_INVARIANT, revision_location
+from spec.proof.invariants import INVARIANT_BY_ID
+from spec.sarif import revision_location
 
 MINI = Path(__file__).parent / "data" / "mini_rocm_aiter_mla.py"
 
@@ -106,7 +107,7 @@ def test_a_real_file_is_located_at_its_use_gluon_decode():
 
 def test_a_real_file_is_located_where_each_invariant_breaks():
     text = MINI.read_text().splitlines()
-    sizing = revision_location(str(MINI), ANCHOR_OF_INVARIANT["metadata-covers-qlen"])["physicalLocation"]
+    sizing = revision_location(str(MINI), INVARIANT_BY_ID["metadata-covers-qlen"].anchor)["physicalLocation"]
     assert "self._mtp_decode_qlen =" in text[sizing["region"]["startLine"] - 1]
     missing = revision_location(str(MINI), "def no_such_function")["physicalLocation"]
     assert "def use_gluon_decode" in text[missing["region"]["startLine"] - 1]  # the fallback anchor

@@ -14,7 +14,7 @@ with the runner's own tolerance and :func:`conformance.runner.classify`.
 
 Verdicts: PASS / MISMATCH / NAN from the output; the row's outcome otherwise:
 an AITER refusal (``aiter:<kind>``) is NO_KERNEL for the kinds in
-:data:`NO_KERNEL_KINDS`, CRASH for any other; vLLM raising before a kernel
+:data:`mla_model.failures.REFUSALS`, CRASH for any other; vLLM raising before a kernel
 runs is CRASH with the error; a shape the release does not admit as a decode
 (``max_qo_len`` above its reorder threshold) is SKIP; a harness fault (a name
 the stubs lack) is SKIP for that case, naming the fault.
@@ -34,14 +34,10 @@ import time
 from typing import Any, Iterable
 
 from conformance.backends import case_key
+from mla_model.failures import REFUSALS
 
 CHUNK = 256
 REPLAY = "conformance.backends.vllm_replay"
-# AITER refusals that mean "no kernel takes this request" (as the model backend reads them: the registry's
-# "cannot get heuristic kernel", an AITER_CHECK, the persistent head-fold assert, get_block_n_fp8's KeyError,
-# mla_gluon's arch / dtype / batch asserts).  Any other aiter:* kind is a CRASH.
-NO_KERNEL_KINDS = ("no_kernel", "aiter_check", "fold_assert", "key_error", "gluon_arch", "gluon_dtype",
-                   "gluon_batch")
 
 
 class VllmBackend:
@@ -190,7 +186,7 @@ def judge(row: dict[str, Any]) -> dict[str, Any]:
     error = f"{row.get('error', '')}" + (f" (at {row['where']})" if row.get("where") else "")
     if isinstance(outcome, str) and outcome.startswith("aiter:"):
         kind = outcome.split(":", 1)[1]
-        status = "NO_KERNEL" if kind in NO_KERNEL_KINDS else "CRASH"
+        status = "NO_KERNEL" if kind in REFUSALS else "CRASH"
         out.update(status=status, detail=f"AITER refuses ({kind}): {error}", failure=kind)
         return out
     out.update(status="CRASH", detail=f"vLLM raises: {error}" if outcome == "vllm_raises" else error or

@@ -77,7 +77,7 @@ import z3
 from mla_model.decision import decide
 from mla_model.derived import KERNEL_KV_DTYPES
 from mla_model.logic import EnumTerm, all_of, choose, eq, if_then_else, is_in, not_
-from mla_model.registry import AsmLookup, KernelRow, Registry, asm_lookup
+from mla_model.registry import NO_KERNEL, Registry, asm_lookup, kernel_names, resolved_kernel
 from mla_model.revisions.base import Revision
 from mla_model.route import ASM_PATHS, PATHS, KernelRequest, Route
 from mla_model.shape import ARCHS, FIELD_BY_NAME, FIELDS, Q_DTYPES, Shape
@@ -90,7 +90,6 @@ from spec.proof.terms import box_constraints
 
 RAISES = "vllm_raises"
 ROUTE_PATHS = (*PATHS, RAISES)
-NO_KERNEL = "no kernel"
 UNCHANGED = "unchanged"  # a region's kernel where each shape keeps its own (so the change is not split by kernel)
 _NOT_ASM, _UNCHANGED = -1, -2  # kernel codes: off the ASM paths; the same kernel in both revisions
 # _mtp_decode_qlen against reorder_batch_threshold, on asm_persistent (None elsewhere).
@@ -103,28 +102,6 @@ class DiffDisagreement(AssertionError):
 
 
 # --- the route a diff compares -----------------------------------------------------------------------
-
-
-def _reachable_rows(reg: Registry) -> list[KernelRow]:
-    """Kernel-table rows vLLM can ask for: no LSE buffer, no CPRR, dtypes a request can carry (not byte KV)."""
-    return [r for r in reg.kernels if r.lse == 0 and r.cprr == 0 and r.arch in ARCHS and r.q in Q_DTYPES
-            and r.kv in KERNEL_KV_DTYPES]
-
-
-def kernel_names(reg: Registry) -> tuple[str, ...]:
-    """The decode code objects vLLM can reach, then NO_KERNEL."""
-    return (*dict.fromkeys(r.name for r in _reachable_rows(reg)), NO_KERNEL)
-
-
-def resolved_kernel(reg: Registry, arch: Any, req: KernelRequest, lookup: AsmLookup) -> Any:
-    """:func:`mla_model.registry.kernel_name` in the logic vocabulary: the first row the lookup matches."""
-    cases = [
-        (all_of(lookup.kernel_ok, eq(arch, r.arch), eq(req.q_dtype, r.q), eq(req.kv_dtype, r.kv),
-                lookup.gqa == r.gqa, lookup.ps == bool(r.ps), lookup.qseqlen == r.qseqlen,
-                lookup.causal == bool(r.causal)), r.name)
-        for r in _reachable_rows(reg)
-    ]
-    return choose(kernel_names(reg), cases, NO_KERNEL)
 
 
 def _code(x: Any, values: tuple[str, ...]) -> Any:

@@ -17,7 +17,7 @@ import z3
 from mla_model.decision import Decision, decide
 from mla_model.derived import KERNEL_KV_DTYPES
 from mla_model.logic import EnumTerm
-from mla_model.registry import Registry, kernel_name
+from mla_model.registry import Registry, resolved_kernel
 from mla_model.revisions.base import Revision
 from mla_model.route import HEAD_PADDINGS, PATHS
 from mla_model.shape import FIELDS, Q_DTYPES, Shape
@@ -25,7 +25,6 @@ from spec.proof.invariants import INVARIANTS
 from spec.analyses.cases import atoms_of, describe_atom, fields_of, is_membership, term_value
 from spec.proof.prover import _z3, problem
 from spec.proof.terms import shape_pins
-from spec.proof.symptoms import describe_violation
 
 
 def _plain(value: Any) -> Any:
@@ -77,14 +76,14 @@ def explain(revision: Revision, registry: Registry, shape: Shape) -> dict[str, A
         "aiter_check_fails": bool(a.check_error),
         "key": {"q_type": r.request.q_dtype, "kv_type": r.request.kv_dtype, "gqa": int(a.gqa),
                 "ps": int(bool(a.ps)), "qseqlen": int(a.qseqlen), "causal": int(bool(a.causal))},
-        "kernel": kernel_name(registry, shape.arch, r.request, a),
+        "kernel": resolved_kernel(registry, shape.arch, r.request, a),
         "gluon": {f.name: bool(getattr(d.gluon, f.name)) for f in fields(d.gluon)},
     }
     invariants = {}
     for inv in INVARIANTS:
         holds = bool(inv.holds(d))
         invariants[inv.id] = {"holds": holds, **({} if holds else {
-            "symptom": describe_violation(inv, d, registry), "violated": violated_conjuncts(inv, d)})}
+            "symptom": inv.describe(d, registry), "violated": violated_conjuncts(inv, d)})}
     out = {
         "revision": revision.id,
         "registry": registry.id,

@@ -4,7 +4,7 @@ The decisions are forward_mqa's tests in vLLM's order (``forward_path`` in
 :mod:`mla_model.revisions.base`: Gluon decode, Gluon verify, [Triton verify],
 else ASM persistent / non-persistent), read off the revision's own ``Route.path``
 term so the graph is the model that is proved.  A leaf is what one step finally
-runs: the ASM kernel AITER resolves (``registry.kernel_name``, per arch), the
+runs: the ASM kernel AITER resolves (``registry.resolved_kernel``, per arch), the
 Gluon kernel (by the KV dtype it reads), vLLM's Triton verify kernel, or the
 first failure on the step's path (``spec.proof.views.failure_kind``: no ASM kernel,
 get_block_n_fp8 KeyError, ...).
@@ -27,12 +27,12 @@ import z3
 
 from mla_model.decision import Decision, decide
 from mla_model.derived import kernel_kv_dtype
-from mla_model.registry import Registry, kernel_name
+from mla_model.registry import NO_KERNEL, Registry, resolved_kernel
 from mla_model.revisions.base import Revision
 from mla_model.route import ASM_PATHS, GLUON_PATHS, PATHS
 from mla_model.shape import FIELD_BY_NAME, FP8_KV_CACHE_DTYPES, GIB, Shape
 from spec.proof.prover import Problem, _z3, canonical_model, problem
-from spec.proof.views import failure_kind
+from mla_model.failures import FAILURE_BY_KIND, failure_kind
 
 # forward_mqa's gate for each path (vLLM's names; use_triton_verify is 0.34's local).
 DECISIONS = {
@@ -50,18 +50,6 @@ FIXED_LEAVES = {
     GLUON_FP8: ("failure", "Gluon kernel, fp8 KV read with kv_scale=1.0 (silent NaN, #51011)",
                 "kv fp8: mla_gluon bh16bn128, unscaled"),
     TRITON: ("kernel", "vLLM Triton MLA verify kernel", "vLLM's Triton verify (CDNA3)"),
-}
-FAILURE_TEXT = {  # spec.proof.views.FAILURES, as a leaf reads
-    "vllm_raises": "vLLM raises before any kernel",
-    "gluon_unbuilt": "no usable Gluon build",
-    "gluon_arch": "Gluon asserts gfx950",
-    "gluon_dtype": "Gluon rejects the dtype or heads",
-    "gluon_batch": "Gluon fp8 asserts batch size 1",
-    "key_error": "get_block_n_fp8 KeyError",
-    "fold_assert": "head-fold assert (nhead not supported)",
-    "aiter_check": "AITER_CHECK fails in asm_mla.cu",
-    "no_kernel": "no ASM kernel (cannot get heuristic kernel)",
-    "head_padding": "padded heads != kernel heads",
 }
 _SHORT = {
     "num_heads": "heads", "max_qo_len": "qlen", "kv_cache_dtype": "kv", "q_dtype": "q", "asm_padding_mode": "mode",
@@ -272,8 +260,8 @@ def leaf_of(registry: Registry, d: Decision) -> str:
         return GLUON_FP8 if kernel_kv_dtype(s) == "fp8" else GLUON_BF16
     if r.path == "triton_verify":
         return TRITON
-    name = kernel_name(registry, s.arch, r.request, d.asm)
-    assert name is not None, f"failure_kind 'none' but no kernel for {s}"
+    name = resolved_kernel(registry, s.arch, r.request, d.asm)
+    assert name != NO_KERNEL, f"failure_kind 'none' but no kernel for {s}"
     return f"asm:{s.arch}:{name}"
 
 
@@ -301,7 +289,7 @@ def _leaf_node(d: Decision, leaf: str) -> tuple[dict[str, Any], str]:
     req, a = d.route.request, d.asm
     what, arch, rest = leaf.split(":", 2)
     if what == "failure":
-        return {"kind": "failure", "label": f"{arch}: {FAILURE_TEXT[rest]}", "arch": arch}, f"{arch} ∧ {rest}"
+        return {"kind": "failure", "label": f"{arch}: {FAILURE_BY_KIND[rest].label}", "arch": arch}, f"{arch} ∧ {rest}"
     lookup = {"q": req.q_dtype, "kv": req.kv_dtype, "gqa": int(a.gqa), "qseqlen": int(a.qseqlen),
               "ps": int(bool(a.ps)), "causal": int(bool(a.causal))}
     key = ", ".join(f"{k}' {v}" if k not in ("q", "kv") else f"{k} {v}" for k, v in lookup.items())

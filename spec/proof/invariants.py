@@ -1,20 +1,29 @@
-"""The routing and buffer-sizing invariants, each a formula over (shape, route, registry).
+"""The catalogue: the routing and buffer-sizing invariants, each one entry, each written once.
 
-Every invariant is written with :mod:`mla_model.logic`, so the prover (z3), the
-brute-force cross-check (numpy) and the re-execution of counterexamples
-(plain Python) evaluate the same formula.  Each carries the sentence a
-maintainer reads when it breaks, and the source of the fact behind it.
-``pr_51011`` marks the properties vLLM PR #51011 set out to establish.
+An entry holds everything any consumer needs: the formula over (shape, route,
+registry), written with :mod:`mla_model.logic` so the prover (z3), the
+brute-force cross-check (numpy) and the re-execution of counterexamples (plain
+Python) evaluate the same formula; the sentences a maintainer reads (statement,
+why, symptom) and the one-line detail of a concrete violation; what tells its
+counterexample classes apart (the view); where in ``rocm_aiter_mla.py`` SARIF
+points; whether its counterexamples become test cases; and the source of the
+fact (a ``sources §N`` entry of docs/sources.md).  check's text, explain,
+SARIF, case generation and docs/reference/invariants.md all read it from here.
+
+Adding an invariant is one new entry in :data:`INVARIANTS` plus a known-bad gate
+in tests/test_known_bad_gates.py that must violate it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 from mla_model.decision import Decision
 from mla_model.derived import is_quantized_kv_cache
-from mla_model.logic import all_of, iff, implies, is_in, not_
+from mla_model.failures import ASM_FAILURES, GLUON_ASSERTS, first_failure, first_of
+from mla_model.logic import Term, all_of, iff, implies, is_in, not_
+from mla_model.registry import Registry
 from mla_model.route import ASM_PATHS
 
 
@@ -25,33 +34,41 @@ class Invariant:
     why: str
     symptom: str
     source: str
-    holds: Callable[[Decision], Any]
+    holds: Callable[[Decision], Term]
+    detail: Callable[[Decision, Registry], str]  # what breaks on one concrete violating step, with values
+    anchor: str  # where in rocm_aiter_mla.py SARIF points: the first line holding this text
     view: tuple[str, ...] = ("arch", "q_dtype", "kv", "path")  # what tells counterexample classes apart
     pr_51011: bool = False
+    makes_cases: bool = True  # its counterexamples become test cases (False: its classes are others')
+
+    def describe(self, d: Decision, registry: Registry) -> str:
+        """The sentence check and explain print for one concrete violation: the detail, then the symptom."""
+        detail = self.detail(d, registry)
+        return f"{detail} -> {self.symptom}" if detail else self.symptom
 
 
-def _fp8_never_reaches_gluon(d: Decision) -> Any:
+def _fp8_never_reaches_gluon(d: Decision) -> Term:
     fp8 = is_quantized_kv_cache(d.shape.kv_cache_dtype)
     return implies(all_of(d.on_gluon, fp8), all_of(d.gluon.serves_fp8, d.route.kv_scale_passed))
 
 
-def _gluon_only_where_built(d: Decision) -> Any:
+def _gluon_only_where_built(d: Decision) -> Term:
     return implies(d.on_gluon, all_of(d.gluon.built, d.gluon.arch_ok))
 
 
-def _kernel_exists(d: Decision) -> Any:
+def _kernel_exists(d: Decision) -> Term:
     return implies(d.on_asm, d.asm.kernel_ok)
 
 
-def _block_n_key_exists(d: Decision) -> Any:
+def _block_n_key_exists(d: Decision) -> Term:
     return implies(all_of(d.on_asm, d.asm.block_n_lookup), d.asm.block_n_key_ok)
 
 
-def _metadata_covers_qlen(d: Decision) -> Any:
+def _metadata_covers_qlen(d: Decision) -> Term:
     return implies(d.route.wants_persistent_metadata, d.shape.max_qo_len <= d.route.mtp_decode_qlen)
 
 
-def _builder_impl_agree(d: Decision) -> Any:
+def _builder_impl_agree(d: Decision) -> Term:
     r = d.route
     metadata_used = implies(r.use_persistent_metadata, is_in(r.path, ASM_PATHS))
     if r.builder_use_gluon_verify is None:  # the builder of this revision never asks
@@ -59,20 +76,20 @@ def _builder_impl_agree(d: Decision) -> Any:
     return all_of(metadata_used, iff(r.builder_use_gluon_verify, r.use_gluon_verify))
 
 
-def _gluon_fp8_batch_one(d: Decision) -> Any:
+def _gluon_fp8_batch_one(d: Decision) -> Term:
     fp8 = is_quantized_kv_cache(d.shape.kv_cache_dtype)
     return implies(all_of(d.on_gluon, fp8), d.gluon.batch_ok)
 
 
-def _decode_verify_disjoint(d: Decision) -> Any:
+def _decode_verify_disjoint(d: Decision) -> Term:
     return not_(all_of(d.route.use_gluon_decode, d.route.use_gluon_verify))
 
 
-def _head_padding_round_trips(d: Decision) -> Any:
+def _head_padding_round_trips(d: Decision) -> Term:
     return implies(d.on_asm, d.route.padded_q_heads == d.route.request.padded_heads)
 
 
-def _total(d: Decision) -> Any:
+def _total(d: Decision) -> Term:
     return all_of(
         not_(d.route.vllm_raises),
         implies(d.on_gluon, d.gluon.runs),
@@ -80,6 +97,64 @@ def _total(d: Decision) -> Any:
         _block_n_key_exists(d),
         _head_padding_round_trips(d),
     )
+
+
+# --- the detail of a concrete violation ------------------------------------------------------------
+
+
+def _failure_at(failures, call) -> str:
+    found = first_of(failures, call)
+    return found[1] if found else ""
+
+
+def _fp8_on_gluon(d: Decision, reg: Registry) -> str:
+    s = d.shape
+    return (f"{s.kv_cache_dtype} KV cache routed to {d.route.path} with kv_scale=1.0 "
+            f"(q {s.q_dtype}, {s.num_reqs} request(s))")
+
+
+def _gluon_selected(d: Decision, reg: Registry) -> str:
+    return f"{d.route.path} selected: " + _failure_at(GLUON_ASSERTS, d.gluon_call)
+
+
+def _asm_refused(d: Decision, reg: Registry) -> str:
+    return _failure_at(ASM_FAILURES, d.asm_call)
+
+
+def _block_n_missing(d: Decision, reg: Registry) -> str:
+    m, q = d.route.request.padded_heads, d.route.request.kernel_qlen
+    return f"KeyError: get_block_n_fp8[{m}*{q}={m * q}] (aiter {reg.aiter_version} keys {list(reg.block_n_keys)})"
+
+
+def _metadata_short(d: Decision, reg: Registry) -> str:
+    s, r = d.shape, d.route
+    fallback = "its fp8 non-persistent path" if is_quantized_kv_cache(s.kv_cache_dtype) else "non-persistent split-KV"
+    return (f"{s.spec_method} k={s.num_spec_tokens} lets the scheduler hand decode qlen {s.max_qo_len}, "
+            f"but _mtp_decode_qlen={r.mtp_decode_qlen}: persistent metadata dropped, AITER falls back to {fallback}")
+
+
+def _builder_impl(d: Decision, reg: Registry) -> str:
+    r = d.route
+    return (f"builder verify={r.builder_use_gluon_verify}, impl verify={r.use_gluon_verify}, "
+            f"metadata={r.use_persistent_metadata}, path {r.path}")
+
+
+def _gluon_batch(d: Decision, reg: Registry) -> str:
+    return _failure_at(GLUON_ASSERTS, d.gluon_call)
+
+
+def _both_gluon(d: Decision, reg: Registry) -> str:
+    return "use_gluon_decode and use_gluon_verify both true"
+
+
+def _padding_wrong(d: Decision, reg: Registry) -> str:
+    r = d.route
+    return f"{r.head_padding} pads {r.decode_heads} heads to {r.padded_q_heads}, kernel expects {r.request.padded_heads}"
+
+
+def _first_failure(d: Decision, reg: Registry) -> str:
+    found = first_failure(d)
+    return found[1] if found else ""
 
 
 INVARIANTS: tuple[Invariant, ...] = (
@@ -93,6 +168,8 @@ INVARIANTS: tuple[Invariant, ...] = (
         "(285/1319 answers one repeated token) before #51011",
         source="vLLM #51011 (T-51011 test_fp8_never_routes_to_gluon); aiter mla_gluon.py bh16bn128 (facts §3.7)",
         holds=_fp8_never_reaches_gluon,
+        detail=_fp8_on_gluon,
+        anchor="def use_gluon_decode",
         view=("arch", "q_dtype", "path"),
         pr_51011=True,
     ),
@@ -105,6 +182,8 @@ INVARIANTS: tuple[Invariant, ...] = (
         "loading the Gluon wrapper on the first decode step",
         source="vLLM #50578 (gfx950 gate); aiter mla_gluon.py arch assert; T-LATER1 Triton probe (facts §1.1)",
         holds=_gluon_only_where_built,
+        detail=_gluon_selected,
+        anchor="def _gluon_mla_decode_supported",
         view=("arch", "gluon_build", "path"),
     ),
     Invariant(
@@ -116,6 +195,8 @@ INVARIANTS: tuple[Invariant, ...] = (
         "gqa_ratio=16 fp8 mla decoding with qo_len <= 4', or AssertionError 'nhead=... not supported'",
         source="aiter asm_mla.cu get_heuristic_kernel_mla and normalisation; aiter/mla.py head fold (facts §3.2-3.5)",
         holds=_kernel_exists,
+        detail=_asm_refused,
+        anchor="def _build_decode",
         view=("arch", "q_dtype", "kv", "path", "failure"),
     ),
     Invariant(
@@ -125,6 +206,8 @@ INVARIANTS: tuple[Invariant, ...] = (
         symptom="KeyError in aiter get_meta_param: get_block_n_fp8[nhead * max_seqlen_q], raised mid-run",
         source="aiter/mla.py get_meta_param (facts §3.2.3, §3.6); vLLM #51011 description",
         holds=_block_n_key_exists,
+        detail=_block_n_missing,
+        anchor="self._mtp_decode_qlen =",
         view=("arch", "drafter", "path"),
         pr_51011=True,
     ),
@@ -138,6 +221,8 @@ INVARIANTS: tuple[Invariant, ...] = (
         "get_block_n_fp8 or 'cannot get heuristic kernel' mid-run (DSpark/Eagle drafters before #51011)",
         source="vLLM #51011 (_mtp_decode_qlen = reorder_batch_threshold); facts §1.5",
         holds=_metadata_covers_qlen,
+        detail=_metadata_short,
+        anchor="self._mtp_decode_qlen =",
         view=("kv", "drafter", "path"),
         pr_51011=True,
     ),
@@ -151,6 +236,8 @@ INVARIANTS: tuple[Invariant, ...] = (
         "launch without the schedule it expects",
         source="vLLM #51011 use_gluon_verify hoist; #51171 comment on per-layer head counts (facts §6.2)",
         holds=_builder_impl_agree,
+        detail=_builder_impl,
+        anchor="def _build_decode",
         view=("path",),
         pr_51011=True,
     ),
@@ -162,6 +249,8 @@ INVARIANTS: tuple[Invariant, ...] = (
         symptom="AssertionError batch_size == 1 in mla_gluon (bh16bn128) on the first batched fp8 step",
         source="aiter mla_gluon.py v0.1.19 L932-935; aiter #4480 (facts §3.7)",
         holds=_gluon_fp8_batch_one,
+        detail=_gluon_batch,
+        anchor="def use_gluon_decode",
         view=("q_dtype", "path"),
         pr_51011=True,
     ),
@@ -173,6 +262,8 @@ INVARIANTS: tuple[Invariant, ...] = (
         symptom="a verify step run through the single-token Gluon decode: wrong outputs for all but one token",
         source="facts §6.1; T-51011 test_decode_and_verify_are_disjoint",
         holds=_decode_verify_disjoint,
+        detail=_both_gluon,
+        anchor="def use_gluon_verify",
         view=("arch",),
         pr_51011=True,
     ),
@@ -184,6 +275,8 @@ INVARIANTS: tuple[Invariant, ...] = (
         symptom="shape mismatch in the ASM call, or heads read from the wrong rows (garbage attention)",
         source="vLLM #50578 tile padding; facts §2(e)",
         holds=_head_padding_round_trips,
+        detail=_padding_wrong,
+        anchor="def get_mla_padded_q",
         view=("arch", "path"),
     ),
     Invariant(
@@ -195,15 +288,12 @@ INVARIANTS: tuple[Invariant, ...] = (
         "ValueError) for a configuration the engine accepted",
         source="facts §6.5 error classes",
         holds=_total,
+        detail=_first_failure,
+        anchor="def forward_mqa",
+        makes_cases=False,
         view=("arch", "kv", "path", "failure"),
     ),
 )
 
 INVARIANT_BY_ID = {inv.id: inv for inv in INVARIANTS}
 
-
-def get_invariant(invariant_id: str) -> Invariant:
-    try:
-        return INVARIANT_BY_ID[invariant_id]
-    except KeyError:
-        raise KeyError(f"unknown invariant {invariant_id!r}; known: {', '.join(INVARIANT_BY_ID)}") from None

@@ -31,7 +31,6 @@ from mla_model.revisions.base import Revision
 from mla_model.shape import ARCHS, FIELD_BY_NAME, FIELDS, FP8_KV_CACHE_DTYPES, KV_CACHE_DTYPES, Q_DTYPES, Shape
 from spec.proof.invariants import Invariant
 from spec.proof.terms import SymbolicShape, box_constraints, symbolic_shape
-from spec.proof.symptoms import describe_violation
 from spec.proof.views import view_terms
 
 PROVED, VIOLATED, UNKNOWN = "PROVED", "VIOLATED", "UNKNOWN"
@@ -295,7 +294,7 @@ def check(
             shape = p.symbolic.to_shape(model)
             d = _confirm(p, inv, shape)
             result.counterexamples.append(
-                Counterexample(shape, d.route.to_json(), describe_violation(inv, d, p.registry), dict(key))
+                Counterexample(shape, d.route.to_json(), inv.describe(d, p.registry), dict(key))
             )
         result.counterexamples.sort(key=lambda c: (c.shape.num_heads, c.shape.max_qo_len, c.shape.num_spec_tokens,
                                                    sorted(c.view.items(), key=str)))

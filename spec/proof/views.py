@@ -13,26 +13,14 @@ from __future__ import annotations
 from typing import Any
 
 from mla_model.decision import Decision
+from mla_model.failures import failure_kind
 from mla_model.derived import kernel_kv_dtype, parallel_drafting
-from mla_model.logic import all_of, choose, is_in, not_
+from mla_model.logic import Term, choose, is_in
 
 DRAFTER_FAMILIES = ("none", "mtp", "serial", "parallel")
-FAILURES = (
-    "none",
-    "vllm_raises",
-    "gluon_unbuilt",
-    "gluon_arch",
-    "gluon_dtype",
-    "gluon_batch",
-    "key_error",
-    "fold_assert",
-    "aiter_check",
-    "no_kernel",
-    "head_padding",
-)
 
 
-def drafter_family(s: Any) -> Any:
+def drafter_family(s: Any) -> Term:
     """none, mtp (the pre-#51011 whitelist), serial drafters, parallel drafters."""
     return choose(
         DRAFTER_FAMILIES,
@@ -42,28 +30,7 @@ def drafter_family(s: Any) -> Any:
     )
 
 
-def failure_kind(d: Decision) -> Any:
-    """The first thing that fails on the step's path, in the order the code meets it."""
-    g, a, r = d.gluon, d.asm, d.route
-    return choose(
-        FAILURES,
-        [
-            (r.vllm_raises, "vllm_raises"),
-            (all_of(d.on_gluon, not_(g.built)), "gluon_unbuilt"),
-            (all_of(d.on_gluon, not_(g.arch_ok)), "gluon_arch"),
-            (all_of(d.on_gluon, not_(all_of(g.dtype_ok, g.heads_ok))), "gluon_dtype"),
-            (all_of(d.on_gluon, not_(g.batch_ok)), "gluon_batch"),
-            (all_of(d.on_asm, r.padded_q_heads != r.request.padded_heads), "head_padding"),
-            (all_of(d.on_asm, a.block_n_lookup, not_(a.block_n_key_ok)), "key_error"),
-            (all_of(d.on_asm, a.fold_error), "fold_assert"),
-            (all_of(d.on_asm, a.check_error), "aiter_check"),
-            (all_of(d.on_asm, not_(a.row_found)), "no_kernel"),
-        ],
-        "none",
-    )
-
-
-def view_terms(d: Decision, names: tuple[str, ...]) -> dict[str, Any]:
+def view_terms(d: Decision, names: tuple[str, ...]) -> dict[str, Term]:
     s = d.shape
     makers = {
         "arch": lambda: s.arch,

@@ -37,15 +37,16 @@ from typing import Any, Iterable
 
 from mla_model.decision import decide
 from mla_model.derived import MAX_MLA_QUERY_HEADS
-from mla_model.registry import Registry, kernel_name, load_registry
+from mla_model.registry import NO_KERNEL, Registry, load_registry, resolved_kernel
 from mla_model.revisions.base import Revision
 from mla_model.shape import ARCHS, ASM_PADDING_MODES, FP8_KV_CACHE_DTYPES, GIB, KV_CACHE_DTYPES, SPEC_METHODS, Shape
 from spec.realcode.executed.harness import DEFAULTS, ReleaseCode, execute
-from spec.proof.views import failure_kind
+from mla_model.failures import FAILURES, NONE, failure_kind
 
 # The model's failure kind -> the outcome the executed step must show.  A missing Gluon build makes
 # vLLM itself raise (``_get_mla_gluon``: "requires an AITER build with the small-head Gluon MLA kernel").
-EXPECTED_OUTCOME = {"none": "ran", "vllm_raises": "vllm_raises", "gluon_unbuilt": "vllm_raises"}
+# The harness records "vllm_raises" for anything vLLM raises, "aiter:<kind>" for what AITER raises.
+EXPECTED_OUTCOME = {NONE: "ran", **{f.kind: "vllm_raises" for f in FAILURES if f.where == "vllm"}}
 
 
 @dataclass
@@ -160,8 +161,8 @@ def expected(revision: Revision, reg: Registry, shape: Shape, options: dict[str,
         out["q_dtype"], out["kv_dtype"] = req.q_dtype, req.kv_dtype
         out["kv_scale"] = true_kv_scale
         out["head_padding"] = r.head_padding
-        name = kernel_name(reg, shape.arch, req, d.asm)
-        if name is not None:
+        name = resolved_kernel(reg, shape.arch, req, d.asm)
+        if name != NO_KERNEL:
             out["kernel"] = name
     return out
 

@@ -180,8 +180,9 @@ def vllm_triton_op(entry: str, q: torch.Tensor, kv: torch.Tensor, o: torch.Tenso
 
 
 def _asm_failure(call: dict[str, Any]) -> tuple[BaseException, str] | None:
-    """What AITER raises for this ASM request, from the registry; None when a kernel runs it."""
-    from mla_model.registry import asm_lookup
+    """What AITER raises for this ASM request (mla_model.failures, from the registry); None when a kernel runs it."""
+    from mla_model.failures import ASM_FAILURES, AsmCall, first_of
+    from mla_model.registry import asm_lookup, resolved_kernel
     from mla_model.route import KernelRequest
 
     reg = STATE.registry
@@ -190,33 +191,19 @@ def _asm_failure(call: dict[str, Any]) -> tuple[BaseException, str] | None:
                         causal=True if call["causal"] is None else call["causal"])
     a = asm_lookup(reg, STATE.arch, req, call["num_reqs"])
     call["aiter_persistent"] = bool(a.persistent)
-    m, qlen = req.padded_heads, req.kernel_qlen
-    if a.block_n_lookup and not a.block_n_key_ok:
-        return KeyError(m * qlen), "key_error"
-    if a.fold_error:
-        return AssertionError(f"nhead={m} and max_seqlen_q={qlen} not supported"), "fold_assert"
-    if a.check_error:
-        return RuntimeError(f"AITER_CHECK failed for gqa {m}, qlen {qlen}"), "aiter_check"
-    if not a.row_found:
-        return RuntimeError("cannot get heuristic kernel!"), "no_kernel"
-    from mla_model.registry import kernel_name
-
-    call["kernel"] = kernel_name(reg, STATE.arch, req, a)
+    failure = first_of(ASM_FAILURES, AsmCall(req, a, STATE.arch))
+    if failure:
+        return failure[0].exception(failure[1]), failure[0].kind
+    call["kernel"] = resolved_kernel(reg, STATE.arch, req, a)
     return None
 
 
 def _gluon_failure(call: dict[str, Any]) -> tuple[BaseException, str] | None:
+    """What mla_gluon asserts for this call (mla_model.failures); None when it runs."""
+    from mla_model.failures import GLUON_ASSERTS, GluonCall, first_of
     from mla_model.registry import gluon_check
 
-    reg = STATE.registry
-    heads = call["q_shape"][1]
-    g = gluon_check(reg, STATE.arch, STATE.gluon_build, call["q_dtype"], call["kv_dtype"], heads,
-                    call["num_rows"] == 1)
-    if not g.arch_ok:
-        return AssertionError(f"mla_gluon requires {reg.gluon_arch}"), "gluon_arch"
-    if not (g.dtype_ok and g.heads_ok):
-        return AssertionError(f"mla_gluon: unsupported q {call['q_dtype']} / kv {call['kv_dtype']} / {heads} heads"), \
-            "gluon_dtype"
-    if not g.batch_ok:
-        return AssertionError("mla_gluon fp8 KV (bh16bn128) requires batch_size == 1"), "gluon_batch"
-    return None
+    reg, heads, rows = STATE.registry, call["q_shape"][1], call["num_rows"]
+    g = gluon_check(reg, STATE.arch, STATE.gluon_build, call["q_dtype"], call["kv_dtype"], heads, rows == 1)
+    failure = first_of(GLUON_ASSERTS, GluonCall(g, STATE.arch, call["q_dtype"], call["kv_dtype"], heads, rows, 1))
+    return (failure[0].exception(failure[1]), failure[0].kind) if failure else None
