@@ -79,8 +79,8 @@ def pad_heads(q: torch.Tensor, heads: int, m: int, padding: str) -> torch.Tensor
         return q
     if padding == "repeat_interleave":
         return q.repeat_interleave(m // heads, dim=1)
-    reps = -(-m // heads)
-    return q.repeat(1, reps, 1)[:, :m, :].contiguous()
+    tiled = torch.cat([q] * -(-m // heads), dim=1)  # whole copies of the rank's heads, then cut to m
+    return tiled[:, :m].contiguous()
 
 
 def unpad_heads(o: torch.Tensor, heads: int, m: int, padding: str) -> torch.Tensor:

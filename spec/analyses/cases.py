@@ -32,7 +32,6 @@ minimised to a unique value).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -43,9 +42,11 @@ from mla_model.decision import decide
 from mla_model.shape import FIELD_BY_NAME, FIELDS, GIB, Shape
 from spec.proof.invariants import INVARIANTS
 from spec.proof.prover import (
-    _MINIMISE, UNKNOWN, VIOLATED, Problem, ProverDisagreement, _z3, canonical_model, check, minimise_in_order, problem,
+    MINIMISE_ORDER, UNKNOWN, VIOLATED, Problem, ProverDisagreement, canonical_model, check, minimise_in_order, problem,
 )
-from spec.proof.terms import SymbolicShape, box_constraints, shape_pins
+from spec.proof.terms import (
+    SymbolicShape, as_z3, atoms_of, box_constraints, describe_atom, fields_of, shape_pins,
+)
 
 # The routing decisions whose conditions MC/DC covers, by Route field (vLLM's names in the comments).
 DECISIONS = (
@@ -77,91 +78,6 @@ class Atom:
 
 
 # ---------------------------------------------------------------------------- atoms
-
-
-def is_membership(t: Any) -> bool:
-    """``x in {a, b, ...}``: an Or of equalities between one term and constants (one condition, not several)."""
-    if not z3.is_or(t) or t.num_args() == 0:
-        return False
-    kids = t.children()
-    return all(z3.is_eq(k) and z3.is_int_value(k.arg(1)) for k in kids) and all(
-        k.arg(0).eq(kids[0].arg(0)) for k in kids)
-
-
-def _has_ite(t: Any) -> bool:
-    return z3.is_app_of(t, z3.Z3_OP_ITE) or any(_has_ite(c) for c in t.children())
-
-
-def atoms_of(term: Any) -> list[Any]:
-    """The atomic conditions of a decision term, in first-seen order, without repeats."""
-    found: dict[int, Any] = {}
-
-    def walk(t: Any) -> None:
-        if z3.is_true(t) or z3.is_false(t) or z3.is_int_value(t) or z3.is_const(t) and not z3.is_bool(t):
-            return
-        if z3.is_bool(t) and not is_membership(t) and (
-            z3.is_and(t) or z3.is_or(t) or z3.is_not(t) or z3.is_implies(t) or z3.is_app_of(t, z3.Z3_OP_XOR)
-            or z3.is_app_of(t, z3.Z3_OP_ITE) or (z3.is_eq(t) and z3.is_bool(t.arg(0)))
-        ):
-            for c in t.children():
-                walk(c)
-        elif z3.is_bool(t) and not is_membership(t) and _has_ite(t):
-            for c in t.children():  # a comparison over an If: the If's conditions are the atoms
-                walk(c)
-        elif z3.is_bool(t):
-            found.setdefault(t.get_id(), t)
-        else:
-            for c in t.children():  # arithmetic and Ifs over ints: look inside for conditions
-                walk(c)
-
-    walk(term)
-    return list(found.values())
-
-
-def fields_of(t: Any, names: set[str]) -> tuple[str, ...]:
-    seen: set[str] = set()
-
-    def walk(u: Any) -> None:
-        if z3.is_const(u) and u.decl().name() in names:
-            seen.add(u.decl().name())
-        for c in u.children():
-            walk(c)
-
-    walk(t)
-    return tuple(f.name for f in FIELDS if f.name in seen)
-
-
-def describe_atom(t: Any, fields: tuple[str, ...], variables: dict[str, Any]) -> str:
-    """A readable condition: the truth set over one or two enum/bool fields, else z3's text with enum names."""
-    specs = [FIELD_BY_NAME[f] for f in fields]
-    if len(specs) == 1 and specs[0].discrete:
-        spec = specs[0]
-        var = variables[spec.name]
-        domain = spec.values if spec.kind == "enum" else (False, True)
-        true = [v for v in domain if z3.is_true(z3.simplify(z3.substitute(
-            t, (var, z3.IntVal(spec.values.index(v)) if spec.kind == "enum" else z3.BoolVal(v)))))]
-        if spec.kind == "bool":
-            return spec.name if true == [True] else f"not {spec.name}"
-        if len(true) == 1:
-            return f"{spec.name} == {true[0]}"
-        if len(true) == len(domain) - 1:
-            return f"{spec.name} != {next(v for v in domain if v not in true)}"
-        return f"{spec.name} in {{{', '.join(true)}}}"
-    if is_membership(t):
-        kids = t.children()
-        return f"{_text(kids[0].arg(0))} in {{{', '.join(str(k.arg(1)) for k in kids)}}}"
-    return _text(t)
-
-
-def _text(t: Any) -> str:
-    text = " ".join(str(t).split())
-
-    def enum_name(m: re.Match) -> str:
-        spec = FIELD_BY_NAME[m.group(1)]
-        return f"{m.group(1)} {m.group(2)} {spec.values[int(m.group(3))]}"
-
-    enums = "|".join(f.name for f in FIELDS if f.kind == "enum")
-    return re.sub(rf"\b({enums}) (==|!=) (\d+)\b", enum_name, text)
 
 
 # ---------------------------------------------------------------------------- pairs
@@ -203,8 +119,8 @@ class _Pair:
         ints = [n for n in moved if FIELD_BY_NAME[n].kind == "int"]
         distance = z3.Sum([z3.If(self.a[n] >= self.b[n], self.a[n] - self.b[n], self.b[n] - self.a[n])
                            for n in ints]) if ints else z3.IntVal(0)
-        objectives = [(distance, 0)] + [(self.a[n], FIELD_BY_NAME[n].minimum) for n in _MINIMISE] + [
-            (self.b[n], FIELD_BY_NAME[n].minimum) for n in _MINIMISE if n in moved]
+        objectives = [(distance, 0)] + [(self.a[n], FIELD_BY_NAME[n].minimum) for n in MINIMISE_ORDER] + [
+            (self.b[n], FIELD_BY_NAME[n].minimum) for n in MINIMISE_ORDER if n in moved]
         model = minimise_in_order(s, objectives) and canonical_model(s, self.a)
         if model is None:
             raise SolverGaveUp("z3 gave up minimising a pair: the cases would depend on the machine's speed")
@@ -217,9 +133,9 @@ def _decision_terms(p: Problem) -> list[tuple[str, Any]]:
         value = getattr(p.decision.route, name)
         if value is None or isinstance(value, bool):
             continue
-        term = z3.simplify(_z3(value))
+        term = z3.simplify(as_z3(value))
         if not (z3.is_true(term) or z3.is_false(term) or z3.is_int_value(term)):
-            out.append((name, _z3(value)))
+            out.append((name, as_z3(value)))
     return out
 
 
@@ -233,11 +149,10 @@ def mcdc_pairs(p: Problem) -> Iterable[tuple[str, Shape, Shape]]:
     (the mode knob before the dtype guard) does not go unseen.  The origin names the conditions
     that held in that context.
     """
-    names = set(p.symbolic.variables)
     pair = _Pair(p)
     for decision, term in _decision_terms(p):
         atoms = [Atom(t, f, describe_atom(t, f, p.symbolic.variables))
-                 for t in atoms_of(term) if (f := fields_of(t, names))]
+                 for t in atoms_of(term) if (f := fields_of(t))]
         for atom in atoms:
             flips = [atom.term, z3.Not(pair.primed(atom.term)), term != pair.primed(term)]
             others = [o.term == pair.primed(o.term) for o in atoms if o is not atom and set(o.fields) & set(atom.fields)]
@@ -275,8 +190,8 @@ def term_value(term: Any, shape: Shape, p: Problem) -> Any:
 def _thresholds(pair: _Pair) -> list[tuple[str, tuple[str, ...], list[Any]]]:
     a, b = pair.a, pair.b
     route = pair.p.decision.route
-    t_a = _z3(route.mtp_decode_qlen)
-    rbt_a = _z3(pair.p.revision.reorder_batch_threshold(pair.p.symbolic.view))
+    t_a = as_z3(route.mtp_decode_qlen)
+    rbt_a = as_z3(pair.p.revision.reorder_batch_threshold(pair.p.symbolic.view))
     spec = FIELD_BY_NAME["spec_method"].values
     out = [
         ("16 heads (15 | 16)", ("num_heads",), [a["num_heads"] == 15, b["num_heads"] == 16]),
@@ -301,7 +216,7 @@ def threshold_pairs(p: Problem) -> Iterable[tuple[str, Shape, Shape]]:
     """Both sides of each threshold, for each arch and for a bf16 and an fp8 cache; a route change preferred."""
     pair = _Pair(p)
     route = p.decision.route
-    pinned = [_z3(getattr(route, n)) for n in ("path", "use_persistent_metadata", "mtp_decode_qlen", "head_padding")]
+    pinned = [as_z3(getattr(route, n)) for n in ("path", "use_persistent_metadata", "mtp_decode_qlen", "head_padding")]
     differs = z3.Or(*[t != pair.primed(t) for t in pinned])
     kv = FIELD_BY_NAME["kv_cache_dtype"].values
     for label, moved, constraints in _thresholds(pair):
@@ -320,7 +235,7 @@ def route_signature(p: Problem) -> list[Any]:
     """What a replay on a GPU tells apart: the data path and what the kernel is asked for and finds."""
     d, v = p.decision, p.symbolic.variables
     r, a = d.route, d.asm
-    return [_z3(t) for t in (r.path, r.head_padding, r.request.q_dtype, r.request.kv_dtype, a.ps, a.gqa, a.qseqlen,
+    return [as_z3(t) for t in (r.path, r.head_padding, r.request.q_dtype, r.request.kv_dtype, a.ps, a.gqa, a.qseqlen,
                              a.row_found, r.gluon_batch_is_one)] + [v["arch"]]
 
 
@@ -346,7 +261,7 @@ def route_witnesses(p: Problem, max_routes: int) -> Iterable[tuple[str, Shape]]:
             return
         values = [s.model().eval(t, model_completion=True) for t in signature]
         same = z3.And(*[t == value for t, value in zip(signature, values)])
-        for label, objectives in (("smallest", [(v[n], FIELD_BY_NAME[n].minimum) for n in _MINIMISE]),
+        for label, objectives in (("smallest", [(v[n], FIELD_BY_NAME[n].minimum) for n in MINIMISE_ORDER]),
                                   ("largest", largest)):
             s.push()
             s.add(same)

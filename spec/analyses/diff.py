@@ -84,7 +84,8 @@ from mla_model.shape import ARCHS, FIELD_BY_NAME, FIELDS, Q_DTYPES, Shape
 from spec.analyses.shape_grid import (
     Grid, build_grid, compiled, count_valid, decode_value, default_codes, relevant_rule, value_classes,
 )
-from spec.proof.prover import SMALLEST_FIRST, Problem, _z3, problem
+from spec.proof.prover import SMALLEST_FIRST, Problem, problem
+from spec.proof.terms import as_z3
 from spec.analyses.regions import Box, summarise
 from spec.proof.terms import box_constraints
 
@@ -314,10 +315,10 @@ def diff(old: Revision, new: Revision, reg: Registry, timeout_ms: int = 30_000) 
         route = p.decision.route
         kernel = resolved_kernel(reg, p.symbolic.view.arch, route.request, p.decision.asm)
         threshold = p.revision.reorder_batch_threshold(p.symbolic.view)
-        symbolic_keys.append([_z3(t) for t in route_key(route, kernel, names, threshold)])
+        symbolic_keys.append([as_z3(t) for t in route_key(route, kernel, names, threshold)])
     variables = p_old.symbolic.variables
     old_rules, new_rules = (
-        [relevant_rule(_z3(term), variables) for _, term in p.revision.validity(p.symbolic.view, reg)]
+        [relevant_rule(as_z3(term), variables) for _, term in p.revision.validity(p.symbolic.view, reg)]
         for p in (p_old, p_new))
     rules = list({t.get_id(): (t, reads) for t, reads in old_rules + new_rules}.values())
     key_terms = [t for key in symbolic_keys for t in key]

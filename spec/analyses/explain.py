@@ -22,8 +22,9 @@ from mla_model.revisions.base import Revision
 from mla_model.route import HEAD_PADDINGS, PATHS
 from mla_model.shape import FIELDS, Q_DTYPES, Shape
 from spec.proof.invariants import INVARIANTS
-from spec.analyses.cases import atoms_of, describe_atom, fields_of, is_membership, term_value
-from spec.proof.prover import _z3, problem
+from spec.analyses.cases import term_value
+from spec.proof.terms import as_z3, atoms_of, describe_atom, fields_of, free_constants, is_membership
+from spec.proof.prover import problem
 from spec.proof.terms import shape_pins
 
 
@@ -35,7 +36,7 @@ def why_not_persistent(revision: Revision, registry: Registry, shape: Shape) -> 
     """The field values that keep the persistent schedule off (an unsat core), as 'name=value'."""
     p = problem(revision, registry)
     s = z3.Solver()
-    s.add(*p.symbolic.domain, _z3(p.decision.route.use_persistent_metadata))
+    s.add(*p.symbolic.domain, as_z3(p.decision.route.use_persistent_metadata))
     for name, var, value in shape_pins(p.symbolic.variables, shape):
         s.assert_and_track(var == value, f"{name}={getattr(shape, name)}")
     if s.check() != z3.unsat:
@@ -49,13 +50,12 @@ GATES = ("use_gluon_decode", "use_gluon_verify", "use_persistent_metadata")
 def decision_conditions(revision: Revision, registry: Registry, shape: Shape) -> dict[str, dict[str, Any]]:
     """Each gate's value and the value of every atomic condition in it (spec.analyses.cases finds the atoms)."""
     p = problem(revision, registry)
-    names = set(p.symbolic.variables)
     out = {}
     for gate in GATES:
-        term = _z3(getattr(p.decision.route, gate))
+        term = as_z3(getattr(p.decision.route, gate))
         conditions = {}
         for atom in atoms_of(term):
-            fields_read = fields_of(atom, names)
+            fields_read = fields_of(atom)
             if fields_read:
                 text = describe_atom(atom, fields_read, p.symbolic.variables)
                 conditions[text] = z3.is_true(term_value(atom, shape, p))
@@ -155,7 +155,7 @@ def violated_conjuncts(inv: Any, d: Decision) -> dict[str, list[str]]:
                                     for f in FIELDS})
     named = Decision(shape=shape_view, route=_named("route", d.route, leaves), asm=_named("asm", d.asm, leaves),
                      gluon=_named("gluon", d.gluon, leaves))
-    formula = _z3(inv.holds(named))
+    formula = as_z3(inv.holds(named))
     pins = list(leaves.values())
     given: list[str] = []
 
@@ -198,7 +198,7 @@ def violated_conjuncts(inv: Any, d: Decision) -> dict[str, list[str]]:
 
 def _describe(t: Any, value: Any, want: bool, given: bool = False) -> str:
     """One atom in words: ``gluon.serves_fp8 = False (needs True)``, or a comparison with its values."""
-    names = sorted({str(u) for u in _consts(t)})
+    names = sorted({str(u) for u in free_constants(t)})
     values = {n: _show(n, value(z3.Const(n, _sort(t, n)))) for n in names}
     if z3.is_const(t):
         return f"{names[0]} = {values[names[0]]}" + ("" if given else f" (needs {want})")
@@ -212,14 +212,8 @@ def _describe(t: Any, value: Any, want: bool, given: bool = False) -> str:
     return f"{text}" + ("" if given else f" is {not want}") + f"  [{shown}]"
 
 
-def _consts(t: Any) -> list[Any]:
-    if z3.is_const(t) and t.decl().kind() == z3.Z3_OP_UNINTERPRETED:
-        return [t]
-    return [c for k in t.children() for c in _consts(k)]
-
-
 def _sort(t: Any, name: str) -> Any:
-    return next(c.sort() for c in _consts(t) if str(c) == name)
+    return next(c.sort() for c in free_constants(t) if str(c) == name)
 
 
 def _show(name: str, v: Any) -> str:

@@ -31,7 +31,9 @@ from mla_model.registry import NO_KERNEL, Registry, resolved_kernel
 from mla_model.revisions.base import Revision
 from mla_model.route import ASM_PATHS, GLUON_PATHS, PATHS
 from mla_model.shape import FIELD_BY_NAME, FP8_KV_CACHE_DTYPES, GIB, Shape
-from spec.proof.prover import Problem, _z3, canonical_model, problem
+from spec.proof.prover import Problem, canonical_model, problem
+from spec.proof.terms import as_z3, free_constants
+from spec.proof.verdict import DEFAULT_TIMEOUT_MS
 from mla_model.failures import FAILURE_BY_KIND, failure_kind
 
 # forward_mqa's gate for each path (vLLM's names; use_triton_verify is 0.34's local).
@@ -57,7 +59,6 @@ _SHORT = {
     "kv_cache_bytes": "kv bytes", "gluon_build": "gluon build", "full_cudagraph": "full cudagraph",
 }
 _FLIP = {"<": "≥", "≤": ">", ">": "≤", "≥": "<", "==": "≠", "≠": "=="}
-_TIMEOUT_MS = 20_000
 
 
 class Undecided(RuntimeError):
@@ -140,7 +141,7 @@ class ConditionText:
         """The enumeration field a boolean term reads, when it reads nothing else."""
         if not z3.is_bool(t):
             return None
-        read = _variables(t)
+        read = free_constants(t)
         if len(read) != 1 or read[0].get_id() not in self.field_of:
             return None
         name = self.field_of[read[0].get_id()]
@@ -169,20 +170,6 @@ def _flat(t: Any, kind: int) -> list[Any]:
     for c in t.children():
         out.extend(_flat(c, kind) if z3.is_app(c) and c.decl().kind() == kind else [c])
     return out
-
-
-def _variables(t: Any) -> list[Any]:
-    """The free variables of a term."""
-    seen, todo, done = {}, [t], set()
-    while todo:
-        u = todo.pop()
-        if u.get_id() in done:
-            continue
-        done.add(u.get_id())
-        if z3.is_const(u) and u.decl().kind() == z3.Z3_OP_UNINTERPRETED:
-            seen[u.get_id()] = u
-        todo.extend(u.children())
-    return list(seen.values())
 
 
 def _comparison(t: Any) -> str | None:
@@ -274,11 +261,11 @@ def _leaf_terms(d: Decision, path: str) -> list[Any]:
               [kernel_kv_dtype(s)] if path in GLUON_PATHS else [])
 
     def held(t: Any) -> Any:
-        t = _z3(t)
+        t = as_z3(t)
         t = z3.IntVal(t) if isinstance(t, int) else t
         return z3.If(ok, t, z3.BoolVal(False) if z3.is_bool(t) else z3.IntVal(0))
 
-    return [_z3(s.arch), failure.term, *[held(t) for t in detail]]
+    return [as_z3(s.arch), failure.term, *[held(t) for t in detail]]
 
 
 def _leaf_node(d: Decision, leaf: str) -> tuple[dict[str, Any], str]:
@@ -320,8 +307,8 @@ def routing_graph(revision: str | Revision, registry: str | Registry) -> nx.DiGr
     solver = _solver(p)
     route = d.route
     text = ConditionText(p.symbolic.variables, {
-        _z3(route.decode_heads).get_id(): "heads",
-        _z3(route.request.padded_heads).get_id(): "padded heads",
+        as_z3(route.decode_heads).get_id(): "heads",
+        as_z3(route.request.padded_heads).get_id(): "padded heads",
     })
     g = nx.DiGraph(revision=p.revision.id, registry=reg.id, title=p.revision.title, problem=p)
     path_is = {name: route.path.term == route.path.code(name) for name in PATHS}
@@ -383,7 +370,7 @@ def pin_witnesses(g: nx.DiGraph) -> None:
 
 def _solver(p: Problem) -> z3.Solver:
     solver = z3.Solver()
-    solver.set("timeout", _TIMEOUT_MS)
+    solver.set("timeout", DEFAULT_TIMEOUT_MS)
     solver.add(*p.constraints)
     return solver
 

@@ -19,7 +19,7 @@ file), written into a shadow vLLM tree in a scratch directory:
   release (:func:`spec.realcode.revision.real_revision`) compare EQUIVALENT on
   every field (:func:`spec.realcode.bind.symbolic_comparison`); ``False`` when a
   field is DIFFERENT or our cases kill it (a kill is a concrete difference);
-  ``"unknown"`` when the lifting is unsupported, z3 times out, or the mutant is
+  ``UNKNOWN`` when the lifting is unsupported, z3 times out, or the mutant is
   in code the lifting does not read (``get_mla_padded_q``).  Never equivalent
   otherwise.
 
@@ -40,11 +40,10 @@ from typing import Any
 from mla_model.case import Case
 from spec.analyses.cases import generate
 from spec.analyses.mutants import NOT_LIFTED, RELEASE, Mutant, release_mutants, shadow_tree
+from spec.proof.verdict import DEFAULT_TIMEOUT_MS, UNKNOWN, Verdict
 
 REVISION_ID = "vllm-0.28"
 REGISTRY_ID = "aiter-0.1.20"
-DEFAULT_TIMEOUT_MS = 20_000
-UNKNOWN = "unknown"
 # bind's route fields plus the padded head count (get_actual_mla_num_heads sizes the ASM output buffer)
 EQUIVALENCE_FIELDS = ("path", "use_gluon_decode", "use_gluon_verify", "use_persistent_metadata",
                       "wants_persistent_metadata", "mtp_decode_qlen", "decode_heads", "padded_q_heads")
@@ -55,7 +54,7 @@ class MutantResult:
     mutant: Mutant
     generated_killers: tuple[str, ...]  # ids of generated cases on which the executed mutant disagrees with the model
     shipped_killers: tuple[str, ...]  # shipped test items that failed or errored on the mutant
-    equivalent: bool | str  # True (proved), False, or UNKNOWN
+    equivalent: bool | Verdict  # True (proved), False, or UNKNOWN
     symbolic: str = ""  # the lifted comparison in one word: EQUIVALENT, DIFFERENT, UNKNOWN, UNSUPPORTED, NOT_LIFTED
     notes: tuple[str, ...] = ()  # a harness or test run that could not complete (counted as a kill, said here)
 
@@ -149,7 +148,7 @@ def _shipped_killers(file: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(x["item"] for x in r["failures"]), notes
 
 
-def _equivalent(mutant: Mutant, file: Path, timeout_ms: int) -> tuple[bool | str, str]:
+def prove_equivalence(mutant: Mutant, file: Path, timeout_ms: int) -> tuple[bool | str, str]:
     from spec.realcode.bind import symbolic_comparison
     from spec.realcode.revision import real_revision
 
@@ -179,7 +178,7 @@ def run_mutant(mutant: Mutant, original: str, cases: list[Case], timeout_ms: int
         if not equivalence:
             equivalent, symbolic = UNKNOWN, "SKIPPED"
         else:
-            equivalent, symbolic = _equivalent(mutant, file, timeout_ms)
+            equivalent, symbolic = prove_equivalence(mutant, file, timeout_ms)
         if equivalent is True and (generated or shipped):
             # the lifting says equivalent, the executed code says otherwise: never claim it
             equivalent, symbolic = UNKNOWN, "EQUIVALENT (contradicted by a kill)"

@@ -37,7 +37,7 @@ import z3
 from mla_model.logic import EnumTerm
 from mla_model.shape import ARCHS, FIELD_BY_NAME, FIELDS, FP8_KV_CACHE_DTYPES, Q_DTYPES, Shape
 from spec.analyses.regions import Axis
-from spec.proof.terms import box_constraints
+from spec.proof.terms import box_constraints, fields_of
 
 Rule = tuple[Any, frozenset]  # (z3 term, the fields it reads)
 
@@ -161,12 +161,6 @@ def evaluate_z3(terms: list[Any], env: Mapping[str, Any]) -> list[Any]:
     return compiled(terms)(env)
 
 
-def free_fields(term: Any) -> frozenset[str]:
-    """The Shape fields a z3 term mentions."""
-    program = compiled([term])
-    return program.fields[program.roots[0]]
-
-
 # --- values -------------------------------------------------------------------------------------------
 
 
@@ -240,7 +234,7 @@ def relevant_rule(term: Any, variables: dict[str, Any]) -> Rule:
     term on the whole box; where it is not, each field is tried alone.
     """
     term = z3.simplify(term)
-    names = sorted(free_fields(term))
+    names = list(fields_of(term))
     rng = np.random.default_rng(0)
     sample = {n: rng.choice(box_codes(n), 4096) for n in names}
     base = np.broadcast_to(evaluate_z3([term], sample)[0], (4096,))
@@ -249,7 +243,7 @@ def relevant_rule(term: Any, variables: dict[str, Any]) -> Rule:
     if idle and not _equal_on_box(term, _fixed(term, idle, variables), variables):
         idle = [n for n in idle if _equal_on_box(term, _fixed(term, [n], variables), variables)]
     term = _fixed(term, idle, variables)
-    return term, free_fields(term)
+    return term, frozenset(fields_of(term))
 
 
 def _fixed(term: Any, names: list[str], variables: dict[str, Any]) -> Any:

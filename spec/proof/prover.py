@@ -30,16 +30,15 @@ from mla_model.revisions import get_revision
 from mla_model.revisions.base import Revision
 from mla_model.shape import ARCHS, FIELD_BY_NAME, FIELDS, FP8_KV_CACHE_DTYPES, KV_CACHE_DTYPES, Q_DTYPES, Shape
 from spec.proof.invariants import Invariant
-from spec.proof.terms import SymbolicShape, box_constraints, symbolic_shape
+from spec.proof.terms import SymbolicShape, as_z3, box_constraints, symbolic_shape
+from spec.proof.verdict import DEFAULT_TIMEOUT_MS, PROVED, UNKNOWN, VIOLATED, Verdict
 from spec.proof.views import view_terms
 
-PROVED, VIOLATED, UNKNOWN = "PROVED", "VIOLATED", "UNKNOWN"
-DEFAULT_TIMEOUT_MS = 30_000
 
 # Within a class, minimise these in order (the smallest shape a maintainer can read).
 # Enums last: their first spelling within the class (fp8 before fp8_e4m3, mtp before deepseek_mtp).
 SMALLEST_FIRST = ("num_heads", "max_qo_len", "num_spec_tokens", "num_reqs", "dcp_world_size")  # the int fields
-_MINIMISE = (*SMALLEST_FIRST, "kv_cache_dtype", "spec_method", "asm_padding_mode")
+MINIMISE_ORDER = (*SMALLEST_FIRST, "kv_cache_dtype", "spec_method", "asm_padding_mode")
 
 
 class ProverDisagreement(AssertionError):
@@ -62,7 +61,7 @@ class CheckResult:
     revision: str
     registry: str
     invariant: str
-    verdict: str
+    verdict: Verdict
     seconds: float
     counterexamples: list[Counterexample] = field(default_factory=list)
     classes: int = 0  # counterexample classes found
@@ -106,7 +105,7 @@ def _problem(revision: Revision, registry: Registry) -> Problem:
     sym = symbolic_shape()
     d = decide(revision, registry, sym.view)
     validity = [term for _, term in revision.validity(sym.view, registry)]
-    return Problem(revision, registry, sym, d, tuple(sym.domain + [_z3(t) for t in validity]))
+    return Problem(revision, registry, sym, d, tuple(sym.domain + [as_z3(t) for t in validity]))
 
 
 def problem(revision: str | Revision, registry: str | Registry) -> Problem:
@@ -114,18 +113,10 @@ def problem(revision: str | Revision, registry: str | Registry) -> Problem:
     return _problem(*_resolve(revision, registry))
 
 
-def _z3(term: Any) -> Any:
-    if isinstance(term, EnumTerm):
-        return term.term
-    if isinstance(term, bool):
-        return z3.BoolVal(term)
-    return term
-
-
 def _view_key(view: dict[str, Any], model: z3.ModelRef) -> tuple:
     key = []
     for name, term in view.items():
-        value = model.eval(_z3(term), model_completion=True)
+        value = model.eval(as_z3(term), model_completion=True)
         if isinstance(term, EnumTerm):
             key.append((name, term.values[value.as_long()]))
         else:
@@ -140,12 +131,12 @@ def _view_equals(view: dict[str, Any], key: tuple) -> Any:
         if isinstance(term, EnumTerm):
             terms.append(term.term == term.code(value))
         else:
-            terms.append(_z3(term) == z3.BoolVal(value))
+            terms.append(as_z3(term) == z3.BoolVal(value))
     return z3.And(*terms)
 
 
 def _minimal_model(p: Problem, base: z3.Solver, class_is: Any) -> z3.ModelRef | None:
-    """The smallest counterexample of a class: lexicographic descent on _MINIMISE.
+    """The smallest counterexample of a class: lexicographic descent on MINIMISE_ORDER.
 
     Each objective is bisected with an incremental solver and then pinned, which
     is several times faster here than z3's Optimize.  Remaining fields then take
@@ -160,7 +151,7 @@ def _minimal_model(p: Problem, base: z3.Solver, class_is: Any) -> z3.ModelRef | 
         if s.check() != z3.sat:
             return None
         v = p.symbolic.variables
-        model = minimise_in_order(s, [(v[name], FIELD_BY_NAME[name].minimum) for name in _MINIMISE])
+        model = minimise_in_order(s, [(v[name], FIELD_BY_NAME[name].minimum) for name in MINIMISE_ORDER])
         if model is None:
             return None
         return canonical_model(s, v)
@@ -252,7 +243,7 @@ def check(
     """
     start = time.perf_counter()
     p = problem(revision, registry)
-    violated = z3.Not(_z3(inv.holds(p.decision)))
+    violated = z3.Not(as_z3(inv.holds(p.decision)))
     if within_box:
         violated = z3.And(violated, *box_constraints(p.symbolic.variables))
     view = view_terms(p.decision, inv.view)

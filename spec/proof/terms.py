@@ -1,7 +1,18 @@
-"""The prover's symbolic Shape: one z3 variable per field, and back to a concrete Shape."""
+"""The public z3 term utilities, in one place: the symbolic Shape and everything that reads a z3 term.
+
+* the symbolic Shape (one z3 variable per field) and back to a concrete Shape;
+* logic values as z3 terms (:func:`as_z3`);
+* what a term mentions (:func:`free_constants`, :func:`fields_of`) and its atomic conditions
+  (:func:`atoms_of`, :func:`is_membership`);
+* a term as a maintainer reads it (:func:`describe_atom`, :func:`term_text`: enum codes shown as names).
+
+Every other module that takes a z3 term apart imports these; none reaches into another module's private
+helpers (tests/test_architecture.py enforces it).
+"""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -9,7 +20,7 @@ from typing import Any
 import z3
 
 from mla_model.logic import EnumTerm
-from mla_model.shape import FIELDS, Shape
+from mla_model.shape import FIELD_BY_NAME, FIELDS, Shape
 
 
 @dataclass(frozen=True)
@@ -86,3 +97,109 @@ def box_constraints(variables: dict[str, Any]) -> list[Any]:
             else:
                 out.append(z3.Or(*[var == v for v in box]))
     return out
+
+
+# --- terms ----------------------------------------------------------------------------------------
+
+
+def as_z3(term: Any) -> Any:
+    """A logic value as a z3 term: an EnumTerm's integer code, a Python bool as a z3 BoolVal."""
+    if isinstance(term, EnumTerm):
+        return term.term
+    if isinstance(term, bool):
+        return z3.BoolVal(term)
+    return term
+
+
+def free_constants(term: Any) -> list[Any]:
+    """The free variables (uninterpreted constants) of a term, each once, in first-seen order."""
+    seen: dict[int, Any] = {}
+    todo, done = [term], set()
+    while todo:
+        u = todo.pop()
+        if u.get_id() in done:
+            continue
+        done.add(u.get_id())
+        if z3.is_const(u) and u.decl().kind() == z3.Z3_OP_UNINTERPRETED:
+            seen.setdefault(u.get_id(), u)
+        todo.extend(reversed(u.children()))
+    return list(seen.values())
+
+
+def fields_of(term: Any) -> tuple[str, ...]:
+    """The Shape fields a term mentions, in the Shape's field order."""
+    names = {str(u) for u in free_constants(term)}
+    return tuple(f.name for f in FIELDS if f.name in names)
+
+
+def is_membership(t: Any) -> bool:
+    """``x in {a, b, ...}``: an Or of equalities between one term and constants (one condition, not several)."""
+    if not z3.is_or(t) or t.num_args() == 0:
+        return False
+    kids = t.children()
+    return all(z3.is_eq(k) and z3.is_int_value(k.arg(1)) for k in kids) and all(
+        k.arg(0).eq(kids[0].arg(0)) for k in kids)
+
+
+def _has_ite(t: Any) -> bool:
+    return z3.is_app_of(t, z3.Z3_OP_ITE) or any(_has_ite(c) for c in t.children())
+
+
+def atoms_of(term: Any) -> list[Any]:
+    """The atomic conditions of a decision term, in first-seen order, without repeats."""
+    found: dict[int, Any] = {}
+
+    def walk(t: Any) -> None:
+        if z3.is_true(t) or z3.is_false(t) or z3.is_int_value(t) or z3.is_const(t) and not z3.is_bool(t):
+            return
+        if z3.is_bool(t) and not is_membership(t) and (
+            z3.is_and(t) or z3.is_or(t) or z3.is_not(t) or z3.is_implies(t) or z3.is_app_of(t, z3.Z3_OP_XOR)
+            or z3.is_app_of(t, z3.Z3_OP_ITE) or (z3.is_eq(t) and z3.is_bool(t.arg(0)))
+        ):
+            for c in t.children():
+                walk(c)
+        elif z3.is_bool(t) and not is_membership(t) and _has_ite(t):
+            for c in t.children():  # a comparison over an If: the If's conditions are the atoms
+                walk(c)
+        elif z3.is_bool(t):
+            found.setdefault(t.get_id(), t)
+        else:
+            for c in t.children():  # arithmetic and Ifs over ints: look inside for conditions
+                walk(c)
+
+    walk(term)
+    return list(found.values())
+
+
+def describe_atom(t: Any, fields: tuple[str, ...], variables: dict[str, Any]) -> str:
+    """A readable condition: the truth set over one or two enum/bool fields, else z3's text with enum names."""
+    specs = [FIELD_BY_NAME[f] for f in fields]
+    if len(specs) == 1 and specs[0].discrete:
+        spec = specs[0]
+        var = variables[spec.name]
+        domain = spec.values if spec.kind == "enum" else (False, True)
+        true = [v for v in domain if z3.is_true(z3.simplify(z3.substitute(
+            t, (var, z3.IntVal(spec.values.index(v)) if spec.kind == "enum" else z3.BoolVal(v)))))]
+        if spec.kind == "bool":
+            return spec.name if true == [True] else f"not {spec.name}"
+        if len(true) == 1:
+            return f"{spec.name} == {true[0]}"
+        if len(true) == len(domain) - 1:
+            return f"{spec.name} != {next(v for v in domain if v not in true)}"
+        return f"{spec.name} in {{{', '.join(true)}}}"
+    if is_membership(t):
+        kids = t.children()
+        return f"{term_text(kids[0].arg(0))} in {{{', '.join(str(k.arg(1)) for k in kids)}}}"
+    return term_text(t)
+
+
+def term_text(t: Any) -> str:
+    """z3's text of a term on one line, with enum codes written as their names."""
+    text = " ".join(str(t).split())
+
+    def enum_name(m: re.Match) -> str:
+        spec = FIELD_BY_NAME[m.group(1)]
+        return f"{m.group(1)} {m.group(2)} {spec.values[int(m.group(3))]}"
+
+    enums = "|".join(f.name for f in FIELDS if f.kind == "enum")
+    return re.sub(rf"\b({enums}) (==|!=) (\d+)\b", enum_name, text)

@@ -31,7 +31,8 @@ from mla_model.revisions import RELEASE_OF_REVISION
 from mla_model.revisions import get_revision
 from mla_model.revisions.base import Revision
 from mla_model.shape import ARCHS, ASM_PADDING_MODES, DCP_WORLD_SIZES, GIB, KV_CACHE_DTYPES, Shape
-from spec.proof.prover import _z3, problem
+from spec.proof.prover import problem
+from spec.proof.terms import as_z3
 from spec.realcode.revision import RealGates, real_revision
 from spec.realcode.source import resolve
 from spec.realcode.symexec import LiftingUnsupported
@@ -85,7 +86,7 @@ def symbolic_comparison(real: Revision, model: Revision, registry_id: str = "ait
     reg = load_registry(registry_id)
     checks = [("validity", z3.And(*pr.symbolic.domain), valid_r != valid_m)]
     for name in fields:
-        a, b = _z3(_field(pr.decision.route, name)), _z3(_field(pm.decision.route, name))
+        a, b = as_z3(_field(pr.decision.route, name)), as_z3(_field(pm.decision.route, name))
         checks.append((name, z3.And(valid_r, valid_m), a != b))
     for name, context, differs in checks:
         start = time.perf_counter()

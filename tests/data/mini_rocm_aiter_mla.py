@@ -30,7 +30,7 @@ def _aiter_mla_small_head_mode() -> str:
 class AiterMLAMetadataBuilder:
     def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
         self.unrelated = layer_names[0]
-        self._mtp_decode_qlen = self.reorder_batch_threshold or 1
+        self._mtp_decode_qlen = (self.reorder_batch_threshold or 1)  # the #51011 sizing
 
     def _build_decode(self, max_qo_len):
         small = self.num_heads < AiterMLAHelper.SMALL

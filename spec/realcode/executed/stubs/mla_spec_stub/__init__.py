@@ -80,7 +80,7 @@ class Bag:
 
 
 @functools.lru_cache(maxsize=None)
-def _parsed(relpath: str) -> tuple[Path, ast.Module]:
+def parsed_release_file(relpath: str) -> tuple[Path, ast.Module]:
     """The release tree's file, parsed once per child (the tree does not change under a child)."""
     if STATE.tree is None:
         raise StubMissing(f"no release tree to read {relpath} from (pass a vLLM tree or a release version)")
@@ -93,7 +93,7 @@ def _parsed(relpath: str) -> tuple[Path, ast.Module]:
 
 @functools.lru_cache(maxsize=None)
 def _top_level_code(relpath: str, names: tuple[str, ...]) -> Any:
-    path, tree = _parsed(relpath)
+    path, tree = parsed_release_file(relpath)
     wanted = {}
     for node in tree.body:
         name = getattr(node, "name", None)
@@ -121,7 +121,7 @@ def release_defs(relpath: str, names: tuple[str, ...], namespace: dict[str, Any]
 
 @functools.lru_cache(maxsize=None)
 def _method_codes(relpath: str, class_name: str, names: tuple[str, ...], optional: bool) -> dict[str, Any]:
-    path, tree = _parsed(relpath)
+    path, tree = parsed_release_file(relpath)
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == class_name:
             found = {f.name: f for f in node.body if isinstance(f, ast.FunctionDef) and f.name in names}
