@@ -111,7 +111,7 @@ def render_vllm_module(revision: str, registry: str, cases: list[Case]) -> str:
     vLLM's pre-commit SPDX hook adds the project's copyright line when it enters vLLM's tree.
     """
     in_scope = [c for c in cases if c.shape.dcp_world_size == 1 and c.shape.causal]
-    # _gluon_mla_decode_supported() is on_gfx950() in every modelled revision (vllm_028.py L81).
+    # _gluon_mla_decode_supported() is on_gfx950() in every modelled revision (vLLM 0.28.0 rocm_aiter_mla.py L80-81; sources §11).
     gate_rows = _distinct((c.shape.arch == "gfx950", c.shape.asm_padding_mode, c.shape.num_heads, c.shape.max_qo_len,
                            c.shape.kv_cache_dtype, c.shape.kv_cache_bytes, c.expected_route["use_gluon_decode"],
                            c.expected_route["use_gluon_verify"], c.id) for c in in_scope)

@@ -1,4 +1,4 @@
-"""Values the engine derives from a Shape before the backend routes it (facts §1).
+"""Values the engine derives from a Shape before the backend routes it (sources §1-§14).
 
 Written with :mod:`mla_model.logic`, so each works on one Shape, on numpy
 arrays of shapes and on the prover's symbolic shape.
@@ -13,11 +13,11 @@ from mla_model.shape import DCP_WORLD_SIZES, FP8_KV_CACHE_DTYPES
 
 # MLA checkpoints carry at most 128 query heads (DeepSeek-V3/R1 128, Kimi-K3 96,
 # Kimi-K2 64), so the heads one rank decodes, after any DCP gather, are <= 128
-# (facts §8: H_rank in [1, 128]).
+# (sources §3: H_rank in [1, 128]).
 MAX_MLA_QUERY_HEADS = 128
 
 # Drafters that force SpeculativeConfig.parallel_drafting (vllm/config/speculative.py,
-# facts §1.5).  The user-settable flag defaults to False and is not modelled.
+# sources §5).  The user-settable flag defaults to False and is not modelled.
 PARALLEL_DRAFTING_METHODS = ("dflash", "dspark")
 
 # Kernel-side dtype names (AITER's q_type/kv_type): the builder maps every fp8
@@ -39,7 +39,7 @@ def parallel_drafting(s: Any) -> Any:
 
 
 def reorder_batch_threshold(s: Any, supports_dcp_with_varlen: Any = False) -> Any:
-    """``_init_reorder_batch_threshold`` (vllm/v1/attention/backend.py, facts §1.5).
+    """``_init_reorder_batch_threshold`` (vllm/v1/attention/backend.py, sources §6).
 
     ``max(1, 1 + (2 if parallel_drafting else 1) * k)`` when a drafter is
     configured, else 1; forced to 1 when DCP > 1 and the builder does not
@@ -55,12 +55,13 @@ def reorder_batch_threshold_031(s: Any, supports_dcp_with_varlen: Any = False) -
     """``_init_reorder_batch_threshold`` of vLLM 0.31.0-0.33.0 with the V2 model runner.
 
     The threshold is ``max_decode_query_len`` (0.31.0 vllm/v1/attention/backend.py
-    L569-586): ``1 + k``, plus ``k`` more for a parallel drafter only on the V1
+    L579-597; sources §7): ``1 + k``, plus ``k`` more for a parallel drafter only on the V1
     model runner.  V2 is the default (``VllmConfig.use_v2_model_runner``,
     0.31.0 vllm/config/vllm.py L701-760) unless ``VLLM_USE_V2_MODEL_RUNNER=0``,
-    Triton is missing, V2 lacks a feature, or on ROCm the architecture is one
-    of DeepseekV32/DeepseekV4/GlmMoeDsa (L75-77); those deployments keep
-    0.30's ``1 + 2k`` and are outside this revision's scope.
+    Triton is missing or V2 lacks a feature; in 0.31.0 only, ROCm also keeps
+    DeepseekV32/DeepseekV4/GlmMoeDsa on V1 (L75-77; 0.32.0 and 0.33.0 default to V2
+    for every architecture, sources §7).  V1 deployments keep 0.30's ``1 + 2k``
+    and are outside this revision's scope.
     """
     rbt = if_then_else(spec_configured(s), maximum(1 + s.num_spec_tokens, 1), 1)
     return if_then_else(all_of(s.dcp_world_size > 1, not_(supports_dcp_with_varlen)), 1, rbt)

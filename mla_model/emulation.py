@@ -7,10 +7,10 @@ route's data path the way the routed kernel would:
 * **Gluon decode / verify** (``mla_gluon``): the query's own heads, the KV
   dequantised with the scale vLLM passes, which is the hard-coded ``1.0``
   where ``Route.kv_scale_passed`` is False (vLLM 0.28.0 ``forward_mqa``
-  L1220/L1302 ``kv_scale=1.0``; facts §3.7); verify rows in their causal
+  L1219/L1301 ``kv_scale=1.0``; sources §27); verify rows in their causal
   windows; split-KV as ``mla_gluon`` partitions it.
 * **Triton verify** (vLLM 0.34 on CDNA3): the query's own heads, the layer's
-  ``k_scale`` (0.34.0 ``forward_mqa`` L3395 ``k_scale=layer._k_scale``), one
+  ``k_scale`` (0.34.0 ``_forward_triton_verify`` L3393-3407 ``k_scale=layer._k_scale``; sources §30), one
   split (vLLM's ``verify_num_kv_splits`` lives outside this backend file and
   is not modelled).
 * **ASM persistent / non-persistent** (``aiter.mla.mla_decode_fwd``): the
@@ -109,7 +109,7 @@ def as_kernel_heads(q: torch.Tensor, m: int) -> torch.Tensor:
 
 def pad_qlen(q: torch.Tensor, num_reqs: int, qlen: int, kernel_qlen: int) -> torch.Tensor:
     """Prepend ``kernel_qlen - qlen`` zero rows to every request, so each real row keeps its right-aligned
-    causal window (the LSE-PS qlen pad of facts §2(c'))."""
+    causal window (the LSE-PS qlen pad of sources §46)."""
     if kernel_qlen == qlen:
         return q
     q4 = q.view(num_reqs, qlen, *q.shape[1:])
@@ -158,7 +158,7 @@ def asm_num_kv_splits(registry: Registry, arch: str, bs: int, total_kv: int, nhe
 
 
 def gluon_num_kv_splits(batch: int, qlen: int, nhead: int) -> int:
-    """mla_gluon's bh16 launch budget (v0.1.20 L955-958): ``max(1, 256 // (batch * qlen * head_blocks))``.
+    """mla_gluon's bh16 launch budget (v0.1.20 L959-960; sources §43): ``max(1, 256 // (batch * qlen * head_blocks))``.
 
     The verify flatten (batch ``R*Q``, qlen 1) and native MTP (batch ``R``, qlen ``Q``) get the same count.
     """

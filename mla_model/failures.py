@@ -14,8 +14,8 @@ counterexample views (:mod:`spec.proof.views`), the sentences ``check`` and
 (:mod:`mla_model.emulation`), the executing harness's AITER stand-in (which
 raises the exception itself), and conform's classification (a refusal of the
 request is NO_KERNEL, anything else a CRASH).  Sources: aiter/mla.py
-``get_meta_param`` and head fold, asm_mla.cu (sources §7-§9), mla_gluon.py's
-asserts (sources §10), vLLM 0.30.0's non-causal fp8 qlen-2 raise (sources §6).
+``get_meta_param`` and head fold, asm_mla.cu (sources §32-§34, §37), mla_gluon.py's
+asserts (sources §41-§42), vLLM 0.30.0's non-causal fp8 qlen-2 raise (sources §29).
 """
 
 from __future__ import annotations

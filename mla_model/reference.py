@@ -5,12 +5,12 @@ attends to one shared latent KV row per token: ``kv_lora_rank`` (512) latent
 dims plus ``qk_rope_head_dim`` (64) rotary dims, 576 in all.  Scores use all
 576; the value is the first 512 (``v = kv[..., :512]``).  This is the layout
 vLLM hands AITER (``kv_c_and_k_pe_cache`` viewed as ``(-1, 1, 1, 576)``,
-facts §1.7, §3.1).
+sources §14).
 
 A decode step is ``R`` requests of ``Q`` query tokens each (``Q > 1`` is a
 speculative verify).  Causal verify: row ``t`` of request ``r`` sees the first
 ``seq_len_r - (Q - 1) + t`` KV tokens (vLLM 0.28.0 ``forward_mqa``'s Gluon
-verify flatten builds exactly these windows, L1255-1290); a non-causal block
+verify flatten builds exactly these windows, L1253-1288); a non-causal block
 sees all ``seq_len_r``.
 
 fp8 caches hold ``round(kv / scale)`` in the arch's fp8 flavour with one
@@ -35,7 +35,7 @@ V_HEAD_DIM = KV_LORA_RANK  # 512
 # softmax scale of DeepSeek-V3 / Kimi MLA: 1 / sqrt(qk_nope_head_dim 128 + qk_rope_head_dim 64)
 DEFAULT_SM_SCALE = 1.0 / math.sqrt(128 + QK_ROPE_HEAD_DIM)
 
-# aiter/utility/dtypes.py (v0.1.19): aiter.dtypes.fp8 is e4m3fnuz on gfx942 and e4m3fn on gfx950 (facts §1.2).
+# aiter/utility/dtypes.py (v0.1.19): aiter.dtypes.fp8 is e4m3fnuz on gfx942 and e4m3fn on gfx950 (sources §2).
 FP8_DTYPE_OF_ARCH = {"gfx942": torch.float8_e4m3fnuz, "gfx950": torch.float8_e4m3fn}
 
 

@@ -4,7 +4,7 @@ A :class:`Registry` is read from one of our own TOML files under
 ``mla_model/registry_data/`` (facts encoded from AITER's ``mla_asm.csv`` tables,
 ``aiter/mla.py`` and ``csrc/py_itfs_cu/asm_mla.cu`` at a tag; each file names
 its source).  The resolution logic below follows AITER's, step by step
-(facts §3.2-3.7), and is written with :mod:`mla_model.logic` so that it runs
+(sources §31-§43), and is written with :mod:`mla_model.logic` so that it runs
 on one request, on numpy arrays and under z3.
 """
 
@@ -124,7 +124,7 @@ def parse_registry(data: dict[str, Any]) -> Registry:
 
 @dataclass(frozen=True)
 class AsmLookup:
-    """How AITER resolves an ASM request (facts §3.2, §3.4)."""
+    """How AITER resolves an ASM request (sources §31-§37)."""
 
     persistent: Any  # after AITER's own batch gate
     block_n_lookup: Any  # AITER indexes get_block_n_fp8[m * Q'] (non-persistent fp8)
@@ -169,20 +169,20 @@ def asm_lookup(reg: Registry, arch: Any, req: KernelRequest, num_reqs: Any) -> A
     fp8 = all_of(eq(q, "fp8"), eq(kv, "fp8"))
     bf16_q_fp8_kv = all_of(eq(q, "bf16"), eq(kv, "fp8"))
 
-    # §3.2.2: _use_persistent_mla_decode drops vLLM's metadata for big bf16 batches on gfx950.
+    # sources §31: _use_persistent_mla_decode drops vLLM's metadata for big bf16 batches on gfx950.
     dropped = all_of(req.persistent, gfx950, bf16, m == 16, Q == 1, num_reqs >= reg.persistent_max_batch)
     ps = all_of(req.persistent, not_(dropped))
 
-    # §3.2.3: non-persistent fp8 indexes get_block_n_fp8[m * Q'].
+    # sources §32: non-persistent fp8 indexes get_block_n_fp8[m * Q'].
     block_n_lookup = all_of(not_(ps), eq(q, "fp8"))
     block_n_key_ok = product_in(m, Q, reg.block_n_keys)
 
-    # §3.2.4: persistent heads that are not native are folded onto 16 heads.
+    # sources §33: persistent heads that are not native are folded onto 16 heads.
     fold = all_of(ps, not_(_native(reg, arch, q, kv, m, Q)))
     fold_error = all_of(fold, not_(is_in(m, reg.fold_heads)))
     g = if_then_else(fold, 16, m)
 
-    # §3.4: asm_mla.cu normalises (gqa, qseqlen) before the table lookup.
+    # sources §34: asm_mla.cu normalises (gqa, qseqlen) before the table lookup.
     # gqa 8 never occurs: vLLM pads every rank to 16 heads or more.
     g16, g32, g64, g128 = (g == 16), (g == 32), (g == 64), (g == 128)
     qs = Q
@@ -211,7 +211,7 @@ def asm_lookup(reg: Registry, arch: Any, req: KernelRequest, num_reqs: Any) -> A
     )
     ps_norm = if_then_else(all_of(bf16, g128, eq(arch, "gfx942")), False, ps)
 
-    # §3.4: gfx950 overrides, first match, on the request's own (gqa, Q).
+    # sources §35: gfx950 overrides, first match, on the request's own (gqa, Q).
     gq = product(g, Q, a_hint=_PADDED_HEAD_HINT)
     overrides = [
         (all_of(gfx950, bf16, ps, any_of(gq >= 128, g > 64), g != 48), 32, 4),
@@ -229,7 +229,7 @@ def asm_lookup(reg: Registry, arch: Any, req: KernelRequest, num_reqs: Any) -> A
         gqa_key = if_then_else(cond, og, gqa_key)
         qs_key = if_then_else(cond, oq, qs_key)
 
-    # §3.4: causal' is hard-coded 0 before 0.1.20; later the caller's, forced 1 at qlen 1.
+    # sources §36: causal' is hard-coded 0 before 0.1.20; later the caller's, forced 1 at qlen 1.
     causal_key = any_of(req.causal, Q == 1) if reg.lookup_takes_causal else False
 
     # vLLM never passes an LSE buffer or g_kv_indptr on these paths.
@@ -283,7 +283,7 @@ def resolved_kernel(reg: Registry, arch: Any, req: KernelRequest, lookup: AsmLoo
 
 @dataclass(frozen=True)
 class GluonCheck:
-    """What ``mla_gluon`` accepts (facts §3.7)."""
+    """What ``mla_gluon`` accepts (sources §41-§42)."""
 
     built: Any  # the wrapper imports and compiles (shape.gluon_build)
     arch_ok: Any  # asserts gfx950

@@ -1,7 +1,7 @@
 """The parameter space: one decode step as the AITER MLA backend sees it.
 
 A :class:`Shape` holds the inputs that vLLM's ROCm AITER MLA decode routing
-reads (facts §1 of ``shared/reference/aiter_mla_routing_facts.md``).  Its field
+reads (sources §1-§14).  Its field
 names are used everywhere, JSON included.  :data:`FIELDS` describes each
 field's kind and domain once, so the numpy sweep, the z3 encoding, JSON and the
 CLI all read the same table.
@@ -15,7 +15,7 @@ from typing import Any, Mapping
 ARCHS = ("gfx942", "gfx950")
 KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")
 # vLLM's is_quantized_kv_cache(D) is exactly D.startswith("fp8") for this
-# backend's dtypes (vllm/v1/kv_cache_interface.py; facts §1.2).
+# backend's dtypes (vllm/v1/kv_cache_interface.py; sources §1).
 FP8_KV_CACHE_DTYPES = ("fp8", "fp8_e4m3", "fp8_e5m2")
 Q_DTYPES = ("bf16", "fp8")
 SPEC_METHODS = (
@@ -54,11 +54,11 @@ class FieldSpec:
 
 @dataclass(frozen=True)
 class Shape:
-    """One decode step of the AITER MLA backend (facts §1)."""
+    """One decode step of the AITER MLA backend (sources §1-§14)."""
 
     arch: str = "gfx950"
     kv_cache_dtype: str = "auto"
-    q_dtype: str | None = None  # None: fp8 iff the KV cache is fp8 (facts §1.2)
+    q_dtype: str | None = None  # None: fp8 iff the KV cache is fp8 (sources §2)
     num_heads: int = 16  # MLA query heads per TP rank
     dcp_world_size: int = 1
     max_qo_len: int = 1

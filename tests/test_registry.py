@@ -1,4 +1,4 @@
-"""The AITER registries resolve requests as AITER does (facts §3.2-3.7, checked at the tags)."""
+"""The AITER registries resolve requests as AITER does (sources §31-§43, checked at the tags)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def test_decode_row_counts_match_the_csv_tables():
 
 
 @pytest.mark.parametrize("reg_id", ["aiter-0.1.19", "aiter-0.1.20"])
-def test_block_n_keyerror_sets_match_facts_3_6(reg_id):
+def test_block_n_keyerror_sets_match_sources_32(reg_id):
     keys = set(load_registry(reg_id).block_n_keys)
     missing = lambda m: {q for q in range(1, 40) if m * q not in keys}  # noqa: E731
     assert missing(16) == {5, 6, 7} | set(range(9, 16)) | set(range(17, 24)) | set(range(25, 32)) | set(range(33, 40))

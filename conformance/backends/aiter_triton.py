@@ -15,7 +15,7 @@ path* on it:
   model's (:func:`mla_model.emulation.pad_heads`); the record says which;
 * multi-token verify as one batch entry per query row over its causal window,
   as vLLM 0.28.0's Gluon verify flatten builds it (``forward_mqa``
-  L1255-1290), and qlen padding as the route asks;
+  L1253-1288; sources §14), and qlen padding as the route asks;
 * fp8 (query and KV) dequantised to bf16 before the launch: this kernel takes
   neither fp8 operands nor scales;
 * the split count the routed AITER kernel would use where the route has one

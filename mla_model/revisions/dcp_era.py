@@ -1,4 +1,4 @@
-"""The gates vLLM 0.29.0-0.34.0 share (releases d1-d5 of sources: shared/reference/vllm_releases.md §3).
+"""The gates vLLM 0.29.0-0.34.0 share (releases d1-d5 of sources §15, §25-§30).
 
 From 0.29.0 on, ``rocm_aiter_mla.py`` decodes with ``_decode_num_heads =
 num_heads * dcp_world_size``, pads heads to ``ceil(h/16)*16`` (native 24 where
@@ -124,7 +124,7 @@ def route(f: Features, s: Any, reg: Registry) -> Route:
     )
     persistent = all_of(wants, qlen >= 1, qlen <= mtp_decode_qlen)
     raises = all_of(not_(causal), qlen == 2, fp8, not_(is_in(m, _AITER_FP8_NON_CAUSAL_QLEN2_HEADS))) \
-        if f.causal else False  # 0.30.0 L1157-1170: "AITER has no non-causal fp8 MLA kernel"
+        if f.causal else False  # 0.30.0 L1153-1170 (sources §29): "AITER has no non-causal fp8 MLA kernel"
     return Route(
         path=forward_path(gd, gv, persistent, triton_verify=use_triton_verify),
         use_gluon_decode=gd,

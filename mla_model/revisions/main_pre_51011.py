@@ -1,7 +1,7 @@
 """Gate revision ``main-pre-51011``: vLLM main just before #51011 (after #50578).
 
-Never released.  Reconstructed in facts §2(a) from the pristine side of the
-#51011 diff (V-NET), #50578's head commit c5d4f2f6 (V-50578H) and the PR texts:
+Never released.  Reconstructed (sources §19) from the pristine side of the
+#51011 diff, #50578's head commit c5d4f2f6 and the PR texts:
 #50578 (merged d8eabdbf, 2026-08-06) gated small-head Gluon decode behind
 gfx950 and the ``VLLM_ROCM_AITER_MLA_ASM_PADDING`` mode and tiled non-divisor
 head counts onto the ASM kernel; the verify branch stayed inline in
@@ -85,7 +85,7 @@ get_actual_mla_num_heads = get_actual_mla_num_heads_pre_029
 REVISION = Revision(
     id="main-pre-51011",
     title="vLLM main after #50578, before #51011 (unreleased)",
-    source="facts §2(a): #50578 d8eabdbf + pristine side of the #51011 diff",
+    source="sources §19: #50578 d8eabdbf + pristine side of the #51011 diff",
     route=route,
     reorder_batch_threshold=reorder_batch_threshold,
     is_valid_num_heads=is_valid_num_heads_pre_029,

@@ -2,8 +2,7 @@
 
 Source: ``vllm/v1/attention/backends/mla/rocm_aiter_mla.py`` of vLLM 0.27.0
 (48,502 B, md5 8213c41c; 0.27.1 is byte-identical), i.e. main before #50578
-and #51011 (shared/reference/vllm_releases.md §2-§3 revision (b); facts §2(a)
-first paragraph).  Line numbers below are that file's.
+and #51011 (sources §15-§18).  Line numbers below are that file's.
 """
 
 from __future__ import annotations

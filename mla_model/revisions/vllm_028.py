@@ -2,7 +2,7 @@
 
 Source: ``vllm/v1/attention/backends/mla/rocm_aiter_mla.py`` of vLLM 0.28.0
 (54,629 B, md5 65e2645d) = PR #51011 merged as 37fbf520 (2026-08-10) on top of
-#50578 (vllm_releases.md §3 revision (c); facts §2(b)).  Line numbers below
+#50578 (sources §15, §20-§24).  Line numbers below
 are that file's.
 """
 

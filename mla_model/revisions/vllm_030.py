@@ -3,7 +3,7 @@
 Source: ``vllm/v1/attention/backends/mla/rocm_aiter_mla.py`` of vLLM 0.30.0
 (88,757 B, md5 d2ff8ef6): ``use_gluon_verify`` L1496 takes ``causal``; the
 persistent gate L1134 adds ``not causal or``; non-causal fp8 two-token blocks
-without a folded kernel raise (L1157-1170).  Threshold as 0.29.
+without a folded kernel raise (L1153-1170; sources §29).  Threshold as 0.29.
 """
 
 from mla_model.derived import reorder_batch_threshold

@@ -39,7 +39,7 @@ from spec.realcode.symexec import LiftingUnsupported
 
 # Release -> the model revision that claims to describe it.
 MODEL_OF_RELEASE = {release.rsplit(".", 1)[0]: model for model, release in RELEASE_OF_REVISION.items()}
-MODEL_OF_RELEASE["0.32"] = "vllm-0.31"  # 0.32.0's predicates and gate are 0.31.0's (vllm_releases.md §2)
+MODEL_OF_RELEASE["0.32"] = "vllm-0.31"  # 0.32.0's predicates and gate are 0.31.0's (sources §15)
 ROUTE_FIELDS = ("path", "use_gluon_decode", "use_gluon_verify", "use_persistent_metadata",
                 "wants_persistent_metadata", "mtp_decode_qlen", "decode_heads")
 BOX_HEADS = range(1, 257)

@@ -1,6 +1,6 @@
 """Pick the routing gates out of rocm_aiter_mla.py with ``ast``; never run the module.
 
-What is taken (vllm_releases.md §4-§5 lists what each release needs):
+What is taken (sources §15 lists what each release needs):
 
 * the ``AiterMLAHelper`` class, pruned to its constants, the predicates
   (``use_gluon_decode``, ``use_gluon_verify``, ``is_valid_num_heads``,

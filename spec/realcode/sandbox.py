@@ -7,7 +7,7 @@ every other one, and the stubs below.  The stubs read a :class:`Platform`
 the caller sets per shape; its values may be plain or symbolic (see
 :mod:`spec.realcode.symexec`).
 
-Pitfalls handled (vllm_releases.md §5): every ``lru_cache`` in the namespace
+Pitfalls handled (sources §15): every ``lru_cache`` in the namespace
 is cleared before each call (a cached arch answer would leak between shapes);
 ``vllm.platforms.rocm`` is always stubbed (unstubbed, the real code silently
 decides "not gfx950"); the predicates are called by keyword, filtered through

@@ -5,7 +5,7 @@ A release (``0.28.0``) is fetched from PyPI with pip into the user cache
 (about 40 MB, against about 300 MB for a wheel) is enough: pip unpacks it,
 fails at "Preparing metadata" because vLLM's build needs torch, and
 ``--no-clean`` keeps the unpacked tree, from which only this file is copied
-(shared/reference/vllm_releases.md §6).  Nothing of vLLM is built, imported or
+(sources §15).  Nothing of vLLM is built, imported or
 installed.
 """
 
