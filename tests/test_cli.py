@@ -9,10 +9,7 @@ import sys
 import pytest
 
 from mla_model.shape import FIELDS
-
-
-def run(*args):
-    return subprocess.run([sys.executable, "-m", "conformance", *args], capture_output=True, text=True, timeout=300)
+from tests.cli import run
 
 
 def test_check_json_schema_and_exit_1_on_violation():
@@ -213,3 +210,22 @@ def test_a_torn_last_results_line_is_dropped_and_its_case_runs_again(tmp_path):
     assert path.read_text().splitlines() == ['{"key": "a", "backend": "model", "fault": null}',
                                              '{"key": "c", "backend": "model", "fault": null}']
     assert log.done("model", None) == {"a", "c"}
+
+
+def test_junit_has_one_case_per_invariant_and_a_failure_per_violation():
+    import xml.etree.ElementTree as ET
+
+    out = run("check", "--revision", "vllm-0.27", "--registry", "aiter-0.1.19", "--invariant", "total",
+              "--invariant", "decode-verify-disjoint", "--format", "junit", "--max-classes", "2")
+    assert out.returncode == 1
+    suite = ET.fromstring(out.stdout).find("testsuite")
+    cases = {c.get("name"): c for c in suite.iter("testcase")}
+    assert set(cases) == {"total", "decode-verify-disjoint"} and suite.get("failures") == "1"
+    assert cases["total"].find("failure") is not None and cases["decode-verify-disjoint"].find("failure") is None
+    assert "heads=" in cases["total"].find("failure").text
+
+
+def test_sarif_of_every_revision_points_at_its_gate_code():
+    out = run("check", "--invariant", "decode-verify-disjoint", "--format", "sarif")
+    assert out.returncode in (0, 1), out.stderr
+    assert '"version": "2.1.0"' in out.stdout

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conformance.cmd_conform import conform_command
+from conformance.cli.conform import conform_command
 from mla_model.case import read_cases, write_cases
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,7 +86,7 @@ def test_replay_needs_neither_z3_nor_torch_to_start():
     """The GPU machine has no z3; every pytest run loads the plugin, which must not pull torch in."""
     script = (
         "import sys; sys.modules['z3'] = None\n"
-        "import conformance.pytest_plugin, conformance.cmd_conform, mla_model.case\n"
+        "import conformance.pytest_plugin, conformance.cli.conform, mla_model.case\n"
         "assert 'torch' not in sys.modules\n"
         "from conformance.runner import run_case\n"
         "from conformance.backends import load_backend\n"

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from conformance.backends import vllm as vllm_backend
 from conformance.backends import vllm_replay
-from conformance.cmd_conform import conform_command
+from conformance.cli.conform import conform_command
 from mla_model.case import read_cases, write_cases
 from mla_model.reference import DEFAULT_SM_SCALE, HEAD_DIM
 from mla_model.shape import Shape

@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from conformance.cli_common import OneLineErrors
-from conformance.cmd_diff import diff_command
+from conformance.cli.errors import OneLineErrors
+from conformance.cli.diff import diff_command
 from mla_model.decision import decide
 from mla_model.derived import KERNEL_KV_DTYPES
 from mla_model.logic import EnumTerm

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from conformance.cmd_graph import graph_command
-from conformance.graph_render import render
+from conformance.cli.graph import graph_command
+from conformance.cli.render.graph import render
 from mla_model.decision import decide
 from mla_model.derived import kernel_kv_dtype
 from mla_model.registry import load_registry

@@ -7,8 +7,6 @@ code at import time or escape the sandbox.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +18,7 @@ from spec.realcode.extract import RefusedCode, extract
 from spec.realcode.revision import RealGates, real_revision
 from spec.realcode.sandbox import LoadedCode
 from spec.realcode.source import Source, resolve
+from tests.cli import run
 
 MINI = Path(__file__).parent / "data" / "mini_rocm_aiter_mla.py"
 
@@ -107,9 +106,6 @@ def test_crafted_file_runs_nothing_and_names_the_refused_call(tmp_path, body, re
     assert not marker.exists() and not Path(f"{marker}.system").exists()
 
 
-def run(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "conformance", *args], capture_output=True, text=True,
-                          timeout=600, cwd=cwd)
 
 
 @pytest.mark.parametrize(

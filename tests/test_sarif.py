@@ -14,13 +14,13 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from conformance.cli import main
-from conformance.cli_common import OneLineErrors, shape_summary
-from conformance.cmd_diff import diff_command
+from conformance.cli.errors import OneLineErrors
+from conformance.cli.render.text import shape_summary
+from conformance.cli.diff import diff_command
 from mla_model.revisions import REVISIONS
 from mla_model.shape import Shape
 from spec.proof.invariants import INVARIANT_BY_ID
-from spec.proof.invariants import INVARIANT_BY_ID
-from spec.sarif import revision_location
+from conformance.cli.render.sarif import revision_location
 
 MINI = Path(__file__).parent / "data" / "mini_rocm_aiter_mla.py"
 

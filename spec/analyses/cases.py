@@ -39,7 +39,7 @@ import z3
 
 from mla_model.case import Case, case_id, case_seed, expected_route
 from mla_model.decision import decide
-from mla_model.shape import FIELD_BY_NAME, FIELDS, GIB, Shape
+from mla_model.shape import FIELD_BY_NAME, GIB, Shape
 from spec.proof.invariants import INVARIANTS
 from spec.proof.prover import (
     MINIMISE_ORDER, UNKNOWN, VIOLATED, Problem, ProverDisagreement, canonical_model, check, minimise_in_order, problem,

@@ -76,7 +76,7 @@ import z3
 
 from mla_model.decision import decide
 from mla_model.derived import KERNEL_KV_DTYPES
-from mla_model.logic import EnumTerm, all_of, choose, eq, if_then_else, is_in, not_
+from mla_model.logic import EnumTerm, all_of, eq, if_then_else, is_in, not_
 from mla_model.registry import NO_KERNEL, Registry, asm_lookup, kernel_names, resolved_kernel
 from mla_model.revisions.base import Revision
 from mla_model.route import ASM_PATHS, PATHS, KernelRequest, Route

@@ -36,7 +36,7 @@ import numpy as np
 
 from mla_model.shape import FIELD_BY_NAME, GIB
 
-# How a constraint names a field (the words of shape_summary in conformance/cli_common.py).
+# How a constraint names a field (the words of shape_summary in conformance/cli/render/text.py).
 LABELS = {
     "kv_cache_dtype": "kv", "q_dtype": "q", "num_heads": "heads", "max_qo_len": "qlen", "spec_method": "drafter",
     "num_spec_tokens": "k", "dcp_world_size": "dcp", "asm_padding_mode": "mode", "num_reqs": "reqs",

@@ -21,7 +21,7 @@ import itertools
 import time
 import types
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import z3
 
@@ -203,3 +203,17 @@ def bind(spec: str, model_id: str | None = None, symbolic: bool = True) -> tuple
     if symbolic:
         rows = symbolic_comparison(real_revision(spec), get_revision(model_id)) + rows
     return source.label, model_id, rows
+
+
+def executed_for_releases(releases: Iterable[str], count: int) -> dict[str, Any]:
+    """Each release's executed differential against the model revision that describes it (None: no model),
+    keyed by the label check gives the release's column.  Raises SourceError / HarnessError."""
+    from spec.realcode.source import release_version
+
+    out: dict[str, Any] = {}
+    for spec in releases:
+        version = release_version(spec)
+        label = f"vllm=={version}" if version else spec  # as check labels the release's column
+        model = default_model(label)
+        out[label] = executed_comparison(spec, model, count) if model else None
+    return out

@@ -56,7 +56,8 @@ def release_code(spec: str, tree: str | Path | None = None) -> ReleaseCode:
         raise SourceError(f"{spec}: no such file, directory or vLLM release")
     root = Path(tree) if tree is not None else tree_of(p)
     if root is None:
-        raise SourceError(f"{spec}: executing the release needs the vLLM tree around the file; pass --tree")
+        raise SourceError(f"{spec}: executing the release needs the vLLM tree around the file (a vllm/ package "
+                          "above it); give the tree, or --shapes 0 to compare the gate functions only")
     return ReleaseCode(str(spec), p, root)
 
 

@@ -40,7 +40,7 @@ from spec.proof.prover import UNKNOWN, VIOLATED, CheckResult
 from spec.realcode.source import RELATIVE_PATH
 
 SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
-_ROOT = Path(__file__).resolve().parent.parent  # the directory holding mla_model/, spec/, conformance/
+_ROOT = Path(__file__).resolve().parents[3]  # the directory holding mla_model/, spec/, conformance/
 
 ShapeText = Callable[[Shape], str]
 
@@ -130,6 +130,7 @@ def revision_location(revision_id: str, anchor: str = DEFAULT_ANCHOR) -> dict[st
     """Where a revision's routing code lives, as a SARIF location: for real code, the line of ``anchor``."""
     if revision_id in REVISIONS:
         route = REVISIONS[revision_id].route
+        route = getattr(route, "func", route)  # the dcp-era revisions bind their features with functools.partial
         module = Path(inspect.getsourcefile(route)).resolve()
         uri = module.relative_to(_ROOT).as_posix() if module.is_relative_to(_ROOT) else module.as_uri()
         return _location(uri, inspect.getsourcelines(route)[1], base=module.is_relative_to(_ROOT))

@@ -13,7 +13,8 @@ from typing import Any
 
 import click
 
-from conformance.cli_common import EXIT_OK, EXIT_VIOLATED, BadInput, format_option
+from conformance.cli.errors import EXIT_OK, EXIT_VIOLATED, BadInput
+from conformance.cli.options import format_option
 
 
 @click.command("vllm-tests")

@@ -10,7 +10,8 @@ from pathlib import Path
 import click
 
 from conformance.case_modules import render_vllm_module, slug, write_suite
-from conformance.cli_common import EXIT_UNKNOWN, BadInput, format_option
+from conformance.cli.errors import EXIT_UNKNOWN, BadInput
+from conformance.cli.options import format_option
 from mla_model.case import Case, write_cases
 from mla_model.registry import REGISTRY_IDS
 from mla_model.revisions import REVISIONS

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from conformance.cli_common import EXIT_UNKNOWN, BadInput, format_option
+from conformance.cli.errors import EXIT_UNKNOWN, BadInput
+from conformance.cli.options import format_option
 from mla_model.registry import REGISTRY_IDS
 from mla_model.revisions import REVISIONS
 from mla_model.route import PATHS
@@ -62,7 +63,7 @@ def graph_command(revision, registry, out, fmt) -> None:
         raise BadInput(f"unknown revision {revision!r}; known: {', '.join(REVISIONS)}")
     if registry not in REGISTRY_IDS:
         raise BadInput(f"unknown registry {registry!r}; known: {', '.join(REGISTRY_IDS)}")
-    from conformance.graph_render import FORMATS, render
+    from conformance.cli.render.graph import FORMATS, render
     from spec.analyses.graph import Undecided, graph_json, pin_witnesses, routing_graph
 
     if out is not None:

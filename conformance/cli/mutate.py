@@ -16,7 +16,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from conformance.cli_common import EXIT_OK, EXIT_UNKNOWN, EXIT_VIOLATED, BadInput, Seconds, format_option
+from conformance.cli.errors import EXIT_OK, EXIT_UNKNOWN, EXIT_VIOLATED, BadInput
+from conformance.cli.options import Seconds, format_option
 from spec.analyses.mutation import DEFAULT_TIMEOUT_MS, REGISTRY_ID, REVISION_ID, UNKNOWN, MutantResult, MutationReport
 
 

@@ -8,7 +8,7 @@ the results file.  ``--workers N`` shards over N pytest-xdist workers, one GPU
 each.
 
 This module imports neither z3 nor torch at import time, so on a GPU machine
-without z3 it runs as ``python -m conformance.cmd_conform``.
+without z3 it runs as ``python -m conformance.cli.conform``.
 
 Exit status: 0 when no case is MISMATCH, NAN or CRASH; 1 otherwise; 2 for bad
 input (a missing or malformed cases file, an unknown backend or fault).
@@ -35,7 +35,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from conformance.backends import BACKENDS, DEVICE_LOST_EXIT, FAILURES, FAULT_BACKENDS, STATUSES, case_key
-from conformance.cli_common import EXIT_OK, EXIT_UNKNOWN, EXIT_VIOLATED, BadInput, format_option
+from conformance.cli.errors import EXIT_OK, EXIT_UNKNOWN, EXIT_VIOLATED, BadInput
+from conformance.cli.options import format_option
 from mla_model.case import read_cases, stale_cases
 
 MAX_RESTARTS = 20
@@ -210,7 +211,7 @@ def conform_command(backend, cases_path, out, device, fault, kv_len, full_contex
 
 
 if __name__ == "__main__":
-    from conformance.cli_common import OneLineErrors
+    from conformance.cli.errors import OneLineErrors
 
     group = OneLineErrors(commands={"conform": conform_command})
     group.main(args=["conform", *sys.argv[1:]], prog_name="mla-spec")

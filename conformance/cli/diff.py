@@ -11,37 +11,18 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from conformance.cli_common import EXIT_OK, EXIT_UNKNOWN, EXIT_VIOLATED, BadInput, format_option, shape_summary
+from conformance.cli.errors import EXIT_OK, EXIT_UNKNOWN, EXIT_VIOLATED
+from conformance.cli.options import format_option, load_revision
+from conformance.cli.render.text import shape_summary
 from mla_model.registry import REGISTRY_IDS, load_registry
-from mla_model.revisions import REVISIONS
-from mla_model.revisions.base import Revision
 
 if TYPE_CHECKING:
     from spec.analyses.diff import Diff
-
-RELEASE_PREFIX = "vllm=="
-
 
 class Unsupported(click.ClickException):
     """The real code could not be lifted into z3: no diff, and not a pass."""
 
     exit_code = EXIT_UNKNOWN
-
-
-def load_revision(spec: str) -> Revision:
-    """A model revision id, a ``vllm==X`` release, or a rocm_aiter_mla.py file or vLLM tree."""
-    if spec in REVISIONS:
-        return REVISIONS[spec]
-    from spec.realcode.revision import real_revision
-    from spec.realcode.source import SourceError, is_release
-
-    release = spec[len(RELEASE_PREFIX):] if spec.startswith(RELEASE_PREFIX) else spec
-    try:
-        return real_revision(release)
-    except SourceError as e:
-        hint = "" if spec.startswith(RELEASE_PREFIX) or is_release(release) else \
-            f" (model revisions: {', '.join(REVISIONS)})"
-        raise BadInput(f"{e}{hint}") from None
 
 
 @click.command("diff")
@@ -70,7 +51,7 @@ def diff_command(old, new, registry, fail_on_new_routes, fmt) -> None:
     if fmt == "json":
         click.echo(json.dumps(result.to_json(), indent=2))
     elif fmt == "sarif":
-        from spec.sarif import diff_log
+        from conformance.cli.render.sarif import diff_log
 
         click.echo(json.dumps(diff_log(result, fail_on_new_routes, shape_summary), indent=2))
     else:

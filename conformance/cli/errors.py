@@ -1,0 +1,65 @@
+"""How every mla-spec command ends: its exit status, and one line on stderr for bad input.
+
+0: all as expected; 1: an invariant violated (or a comparison differs); 2: bad input, one line on stderr and
+no traceback; 3: some verdict UNKNOWN (a timeout, lifting unsupported) and none violated.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Iterable
+
+import click
+
+from spec.proof.verdict import UNKNOWN, VIOLATED
+
+EXIT_OK, EXIT_VIOLATED, EXIT_BAD_INPUT, EXIT_UNKNOWN = 0, 1, 2, 3
+
+
+class BadInput(click.ClickException):
+    exit_code = EXIT_BAD_INPUT
+
+
+class OneLineErrors(click.Group):
+    """Every usage error becomes one line on stderr and exit status 2; so does output that cannot be written."""
+
+    def main(self, args: Any = None, prog_name: str | None = None, **kwargs: Any) -> Any:
+        try:
+            result = super().main(args=args, prog_name=prog_name, standalone_mode=False, **kwargs)
+            sys.stdout.flush()
+            return result
+        except OSError as e:  # a full disk, a closed pipe: the results were not delivered
+            _silence_stdout()
+            click.echo(f"mla-spec: error: cannot write the output: {e.strerror or e}", err=True)
+            sys.exit(EXIT_BAD_INPUT)
+        except click.exceptions.Exit as e:
+            try:
+                sys.stdout.flush()
+            except OSError as err:
+                _silence_stdout()
+                click.echo(f"mla-spec: error: cannot write the output: {err.strerror or err}", err=True)
+                sys.exit(EXIT_BAD_INPUT)
+            sys.exit(e.exit_code)
+        except click.Abort:
+            click.echo("mla-spec: error: aborted", err=True)
+            sys.exit(EXIT_BAD_INPUT)
+        except click.ClickException as e:
+            message = " ".join(e.format_message().split())
+            click.echo(f"mla-spec: error: {message}", err=True)
+            sys.exit(EXIT_BAD_INPUT if isinstance(e, (click.UsageError, BadInput)) else e.exit_code)
+
+
+def _silence_stdout() -> None:
+    """Drop what could not be written, so the interpreter's own flush at exit does not fail again."""
+    import os
+
+    try:
+        sys.stdout = open(os.devnull, "w")
+    except OSError:
+        pass
+
+
+def exit_for(verdicts: Iterable[str]) -> None:
+    """Exit 1 if anything is violated, else 3 if anything is unknown, else 0."""
+    seen = set(verdicts)
+    sys.exit(EXIT_VIOLATED if VIOLATED in seen else EXIT_UNKNOWN if UNKNOWN in seen else EXIT_OK)

@@ -1,0 +1,106 @@
+"""The option set every mla-spec command shares, and how a command names a revision.
+
+Shape flags (one per Shape field), ``--format``, ``--revision``/``--registry``/``--invariant``,
+``--timeout`` and ``--max-classes`` are declared once here, so every command spells and checks them the
+same way.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import click
+
+from conformance.cli.errors import BadInput
+from mla_model.registry import REGISTRY_IDS
+from mla_model.revisions import REVISIONS
+from mla_model.revisions.base import Revision
+from mla_model.shape import FIELDS
+from spec.proof.invariants import INVARIANT_BY_ID
+from spec.proof.verdict import DEFAULT_TIMEOUT_MS
+
+RELEASE_PREFIX = "vllm=="
+
+
+class Seconds(click.ParamType):
+    """A finite number of seconds in ``[minimum, maximum]`` (``nan`` and ``inf`` are refused, not run)."""
+
+    name = "seconds"
+
+    def __init__(self, minimum: float = 0.1, maximum: float = 24 * 3600) -> None:
+        self.minimum, self.maximum = minimum, maximum
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not math.isfinite(seconds) or not self.minimum <= seconds <= self.maximum:
+            self.fail(f"{value!r} is not a finite number of seconds in [{self.minimum:g}, {self.maximum:g}]",
+                      param, ctx)
+        return seconds
+
+
+def shape_options(fn: Any) -> Any:
+    """One option per Shape field, named after it (--num-heads for num_heads)."""
+    for spec in reversed(FIELDS):
+        flag = "--" + spec.name.replace("_", "-")
+        if spec.kind == "enum":
+            fn = click.option(flag, spec.name, type=click.Choice(list(spec.values)), help=spec.doc)(fn)
+        elif spec.kind == "bool":
+            fn = click.option(flag, spec.name, type=click.BOOL, help=f"{spec.doc} (true/false)")(fn)
+        else:
+            fn = click.option(flag, spec.name, type=click.IntRange(min=spec.minimum), help=spec.doc)(fn)
+    return fn
+
+
+
+def format_option(*choices: str) -> Any:
+    """``--format`` with text first (the default)."""
+    return click.option("--format", "fmt", type=click.Choice(["text", *choices]), default="text", show_default=True,
+                        help="text for a person; " + ", ".join(choices) + " for a program (same content).")
+
+
+def revision_option(multiple: bool = False, default_help: str = "default: all") -> Any:
+    return click.option("--revision", "revisions" if multiple else "revision", multiple=multiple,
+                        type=click.Choice(list(REVISIONS)),
+                        help=f"Gate revision{' (repeatable' if multiple else ' ('}{default_help}).")
+
+
+def registry_option(multiple: bool = False, default_help: str = "default: all") -> Any:
+    return click.option("--registry", "registries" if multiple else "registry", multiple=multiple,
+                        type=click.Choice(list(REGISTRY_IDS)),
+                        help=f"AITER registry{' (repeatable; ' if multiple else ' ('}{default_help}).")
+
+
+def invariant_option(fn: Any) -> Any:
+    return click.option("--invariant", "invariants", multiple=True, type=click.Choice(list(INVARIANT_BY_ID)),
+                        help="Invariant to prove (repeatable; default: all).")(fn)
+
+
+def max_classes_option(fn: Any) -> Any:
+    return click.option("--max-classes", type=click.IntRange(min=1), default=10, show_default=True,
+                        help="Counterexample classes to enumerate per violated invariant.")(fn)
+
+
+def timeout_option(fn: Any) -> Any:
+    return click.option("--timeout", type=Seconds(), default=DEFAULT_TIMEOUT_MS / 1000, show_default=True,
+                        help="Seconds per solver call; a timeout is UNKNOWN, never a pass.")(fn)
+
+
+def load_revision(spec: str) -> Revision:
+    """A model revision id, a vLLM release (``0.28.0`` or ``vllm==0.28.0``), or a rocm_aiter_mla.py file
+    or vLLM tree."""
+    if spec in REVISIONS:
+        return REVISIONS[spec]
+    from spec.realcode.revision import real_revision
+    from spec.realcode.source import SourceError, is_release
+
+    release = spec.removeprefix(RELEASE_PREFIX)
+    try:
+        return real_revision(release)
+    except SourceError as e:
+        hint = "" if spec.startswith(RELEASE_PREFIX) or is_release(release) else \
+            f" (model revisions: {', '.join(REVISIONS)})"
+        raise BadInput(f"{e}{hint}") from None
