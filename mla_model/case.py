@@ -105,8 +105,6 @@ def case_id(shape: Shape) -> str:
         parts.append(f"dcp{shape.dcp_world_size}")
     if shape.gluon_build != (shape.arch == "gfx950"):
         parts.append("gluonbuild" if shape.gluon_build else "nogluonbuild")
-    if shape.full_cudagraph:
-        parts.append("fullcg")
     if not shape.causal:
         parts.append("noncausal")
     if shape.kv_cache_bytes != GIB:
@@ -139,8 +137,6 @@ def parse_case_id(text: str) -> Shape:
                 data["dcp_world_size"] = int(part[3:])
             elif part in ("gluonbuild", "nogluonbuild"):
                 data["gluon_build"] = part == "gluonbuild"
-            elif part == "fullcg":
-                data["full_cudagraph"] = True
             elif part == "noncausal":
                 data["causal"] = False
             elif part.startswith("kv2g"):

@@ -315,7 +315,3 @@ def lookup_int(x: Any, table: dict[int, int], default: Any) -> Any:
         term = if_then_else(x == key, table[key], term)
     return term
 
-
-def enum_values(x: Any) -> tuple[str, ...] | None:
-    """The value list of an enumeration term, or None for a plain value."""
-    return x.values if isinstance(x, EnumTerm) else None

@@ -67,7 +67,6 @@ class Shape:
     num_spec_tokens: int = 0
     asm_padding_mode: str = "auto"
     gluon_build: bool | None = None  # None: a usable Gluon build iff gfx950
-    full_cudagraph: bool = False
     causal: bool = True
     kv_cache_bytes: int = GIB  # KV cache bytes of one layer
 
@@ -127,7 +126,6 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("num_spec_tokens", "int", minimum=0, box=tuple(range(0, 16)), doc="num_speculative_tokens (k)"),
     FieldSpec("asm_padding_mode", "enum", ASM_PADDING_MODES, box=ASM_PADDING_MODES, doc="VLLM_ROCM_AITER_MLA_ASM_PADDING"),
     FieldSpec("gluon_build", "bool", box=(False, True), doc="a Gluon MLA build that runs on this machine"),
-    FieldSpec("full_cudagraph", "bool", box=(False, True), doc="cudagraph mode has full graphs"),
     FieldSpec("causal", "bool", box=(False, True), doc="causal decode block (False: non-causal DSpark draft block)"),
     FieldSpec("kv_cache_bytes", "int", minimum=1, box=(2 * GIB, 2 * GIB + 1), doc="KV cache bytes per layer"),
 )

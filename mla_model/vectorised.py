@@ -20,23 +20,8 @@ def shape_arrays(columns: Mapping[str, np.ndarray]) -> SimpleNamespace:
     return SimpleNamespace(**view)
 
 
-def shape_at(columns: Mapping[str, np.ndarray], i: int) -> Shape:
-    """Row ``i`` of a column table as a concrete Shape."""
-    data = {}
-    for spec in FIELDS:
-        v = columns[spec.name]
-        v = v[i] if np.ndim(v) else v
-        if spec.kind == "enum":
-            data[spec.name] = spec.values[int(v)]
-        elif spec.kind == "bool":
-            data[spec.name] = bool(v)
-        else:
-            data[spec.name] = int(v)
-    return Shape(**data)
-
-
 def columns_of(shapes: list[Shape]) -> dict[str, np.ndarray]:
-    """The column table of a list of shapes (the inverse of shape_at)."""
+    """The column table of a list of shapes (enum columns hold value codes)."""
     cols = {}
     for spec in FIELDS:
         values = [getattr(s, spec.name) for s in shapes]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conformance import cmd_mutate
+from conformance.cli import mutate as mutate_cli
 from spec.analyses import mutants as mutants_mod
 from spec.analyses.mutants import NOT_LIFTED, REGIONS, RELEASE, generate, release_mutants, shadow_tree
 from spec.analyses.mutation import MutantResult, MutationReport, prove_equivalence, score
@@ -156,11 +156,11 @@ def test_exit_status_follows_the_survivors(report, monkeypatch, equivalent, gene
 
     monkeypatch.setattr(spec.analyses.mutation, "score", lambda **kw: _fake(report, equivalent, generated))
     for fmt in ("text", "json"):
-        result = CliRunner().invoke(cmd_mutate.mutate_command, ["--format", fmt])
+        result = CliRunner().invoke(mutate_cli.mutate_command, ["--format", fmt])
         assert result.exit_code == code, result.output
     assert mutants_mod.RELEASE in result.output
 
 
 def test_an_unknown_mutant_id_is_bad_input():
-    result = CliRunner().invoke(cmd_mutate.mutate_command, ["--mutant", "no/such/L1.0"])
+    result = CliRunner().invoke(mutate_cli.mutate_command, ["--mutant", "no/such/L1.0"])
     assert result.exit_code == 2 and "no mutant" in result.output

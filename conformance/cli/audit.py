@@ -21,7 +21,8 @@ from spec.proof.invariants import INVARIANT_BY_ID
 
 
 @click.command("audit")
-@click.option("--vllm", "vllm_flag", is_flag=True, help="Accepted for symmetry: the arguments are vLLM releases.")
+@click.option("--vllm", is_flag=True, expose_value=False,
+              help="Accepted for symmetry with check and bind: the arguments are vLLM releases either way.")
 @click.argument("releases", nargs=-1, required=True)
 @registry_option(multiple=True, default_help="default: aiter-0.1.20")
 @invariant_option
@@ -32,7 +33,7 @@ from spec.proof.invariants import INVARIANT_BY_ID
 @click.option("--executed", "count", type=click.IntRange(min=0), default=2000, show_default=True,
               help="Random valid shapes for each release's executed differential against its model revision "
                    "(besides the solver-found cases); 0 skips it.")
-def audit_command(vllm_flag, releases, registries, invariants, fmt, max_classes, timeout, count) -> None:
+def audit_command(releases, registries, invariants, fmt, max_classes, timeout, count) -> None:
     """Prove the invariants on the real gates of several vLLM releases (release x invariant), and run each
     release's real decode path against the model revision that describes it."""
     targets = [load_revision(r) for r in releases]

@@ -56,7 +56,7 @@ FIXED_LEAVES = {
 _SHORT = {
     "num_heads": "heads", "max_qo_len": "qlen", "kv_cache_dtype": "kv", "q_dtype": "q", "asm_padding_mode": "mode",
     "spec_method": "drafter", "num_spec_tokens": "k", "dcp_world_size": "dcp", "num_reqs": "reqs",
-    "kv_cache_bytes": "kv bytes", "gluon_build": "gluon build", "full_cudagraph": "full cudagraph",
+    "kv_cache_bytes": "kv bytes", "gluon_build": "gluon build",
 }
 _FLIP = {"<": "≥", "≤": ">", ">": "≤", "≥": "<", "==": "≠", "≠": "=="}
 

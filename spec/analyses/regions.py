@@ -46,7 +46,7 @@ LABELS = {
 # (a drafter's qlen bound before the drafter, the dtype before the arch).
 READING_ORDER = (
     "arch", "kv_cache_dtype", "q_dtype", "num_heads", "max_qo_len", "spec_method", "num_spec_tokens",
-    "dcp_world_size", "asm_padding_mode", "num_reqs", "gluon_build", "causal", "kv_cache_bytes", "full_cudagraph",
+    "dcp_world_size", "asm_padding_mode", "num_reqs", "gluon_build", "causal", "kv_cache_bytes",
 )
 
 

@@ -34,7 +34,6 @@ def _any_shape(draw, max_heads: int, max_qlen: int, max_k: int) -> Shape:
         num_spec_tokens=0 if spec_method == "none" else draw(st.integers(0, max_k)),
         asm_padding_mode=draw(st.sampled_from(ASM_PADDING_MODES)),
         gluon_build=draw(st.booleans()),
-        full_cudagraph=draw(st.booleans()),
         causal=draw(st.booleans()),
         kv_cache_bytes=draw(st.sampled_from([1, GIB, 2 * GIB - 1, 2 * GIB, 2 * GIB + 1, 1 << 40])),
     )

@@ -75,8 +75,6 @@ class Extracted:
     label: str
     module: ast.Module  # the taken definitions plus three synthesised functions
     predicates: tuple[str, ...]  # AiterMLAHelper predicates present in this release
-    has_inline_verify: bool
-    gate_source: str  # the persistent gate expression, for reports
     forward_source: str  # forward_mqa's source, for facts read off the text (kv_scale=1.0)
     init_attrs: tuple[str, ...] = field(default_factory=tuple)  # builder attributes computed by the init slice
 
@@ -287,8 +285,7 @@ def extract(source: Source) -> Extracted:
     ast.fix_missing_locations(module)
     impl = _find_class(tree, lambda c: _method(c, "forward_mqa") is not None)
     forward = _method(impl, "forward_mqa")
-    return Extracted(label, module, present, inline is not None, ast.unparse(gate_stmt.value),
-                     ast.unparse(forward) if forward else "", tuple(sorted(init_attrs)))
+    return Extracted(label, module, present, ast.unparse(forward) if forward else "", tuple(sorted(init_attrs)))
 
 
 def _module_or_stub(tree: ast.Module) -> set[str]:

@@ -209,7 +209,7 @@ def random_shapes(revision: Revision, reg: Registry, count: int, seed: int) -> l
             max_qo_len=rng.choice((1, 1, rng.randint(1, 16))), num_reqs=rng.choice((1, 2, rng.randint(1, 40))),
             spec_method=method, num_spec_tokens=0 if method == "none" else rng.randint(1, 7),
             asm_padding_mode=rng.choice(ASM_PADDING_MODES),
-            gluon_build=arch == "gfx950" and rng.random() < 0.9, full_cudagraph=rng.random() < 0.5,
+            gluon_build=arch == "gfx950" and rng.random() < 0.9,
             causal=rng.random() < 0.8, kv_cache_bytes=rng.choice((GIB, 2 * GIB, 2 * GIB + 1, 4 * GIB)),
         )
         if not all(rule(shape) for name, rule in scope if not name.startswith("is_valid_num_heads")):
