@@ -72,7 +72,7 @@ def test_docs_describe_every_invariant_as_the_catalogue_does():
 
     from spec.proof.invariants import INVARIANTS
 
-    text = Path(__file__).parent.parent.joinpath("docs", "invariants.md").read_text()
+    text = Path(__file__).parent.parent.joinpath("docs", "reference", "invariants.md").read_text()
     for inv in INVARIANTS:
         assert f"## `{inv.id}`" in text and inv.statement in text and inv.symptom in text, inv.id
 

@@ -1,0 +1,65 @@
+"""The docs cannot drift from the tool: generated pages and output blocks are current, links resolve."""
+
+from __future__ import annotations
+
+import re
+
+from conformance import docgen
+
+LINK = re.compile(r"!?\[(?:[^\]\[]|\[[^\]]*\])*\]\(([^)\s]+)\)")
+PAGES = sorted(docgen.DOCS.glob("**/*.md")) + [docgen.REPO / "README.md"]
+
+
+def test_generated_pages_and_output_blocks_are_what_docgen_writes_today():
+    assert not docgen.stale(), "run: python -m conformance.docgen"
+
+
+def test_a_stale_output_block_is_found(tmp_path, monkeypatch):
+    page = tmp_path / "docs" / "page.md"
+    page.parent.mkdir()
+    page.write_text("<!-- output: mla-spec list --format json -->\n```text\nSTALE-TEXT\n```\n<!-- /output -->\n")
+    fresh = docgen.with_outputs(page.read_text())
+    assert '"revisions"' in fresh and "STALE-TEXT" not in fresh
+
+
+def test_the_invariant_reference_holds_every_catalogue_entry():
+    from spec.proof.invariants import INVARIANTS
+
+    text = docgen.invariants_page()
+    for inv in INVARIANTS:
+        assert f"## `{inv.id}`" in text and inv.statement in text and inv.symptom in text
+
+
+def _prose(text: str) -> str:
+    """The text outside fenced code blocks, code spans dropped."""
+    out, fence = [], False
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            fence = not fence
+        elif not fence:
+            out.append(re.sub(r"`[^`]*`", "", line))
+    return "\n".join(out)
+
+
+def _anchors(text: str) -> set[str]:
+    seen: dict[str, int] = {}
+    out = set()
+    for m in re.finditer(r"^#{1,6}\s+(.*)$", "\n".join(
+            line for line in _prose(text.replace("`", "")).splitlines()), re.M):
+        s = docgen.slug(m.group(1))
+        out.add(s if s not in seen else f"{s}-{seen[s]}")
+        seen[s] = seen.get(s, 0) + 1
+    return out
+
+
+def test_every_relative_link_and_anchor_resolves():
+    broken = []
+    for page in PAGES:
+        for target in LINK.findall(_prose(page.read_text())):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, fragment = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            if not dest.exists() or (fragment and dest.suffix == ".md" and fragment not in _anchors(dest.read_text())):
+                broken.append(f"{page.relative_to(docgen.REPO)}: {target}")
+    assert not broken
