@@ -19,8 +19,8 @@ from mla_model.route import HEAD_PADDINGS, PATHS, KernelRequest, Route
 
 # AiterMLAHelper constants (vLLM 0.27.0 on).
 _AITER_MIN_MLA_HEADS = 16
-# AiterMLAHelper._ASM_PADDED_MAX_PS_QLEN (vLLM 0.28.0 on).
-_ASM_PADDED_MAX_PS_QLEN = 4
+# vLLM's AiterMLAHelper._ASM_PADDED_MAX_PS_QLEN (0.28.0 on); public here, every revision from 0.28 reads it.
+ASM_PADDED_MAX_PS_QLEN = 4
 
 
 @dataclass(frozen=True)

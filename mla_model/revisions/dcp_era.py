@@ -22,7 +22,7 @@ from mla_model.derived import dcp_decode_heads, is_quantized_kv_cache, parallel_
 from mla_model.logic import all_of, any_of, ceil_to_multiple, eq, if_then_else, implies, is_in, ne, not_
 from mla_model.registry import Registry
 from mla_model.revisions.base import (
-    _ASM_PADDED_MAX_PS_QLEN, Revision, Rule, asm_request, causal_only, divides_16, divides_padded, forward_path,
+    ASM_PADDED_MAX_PS_QLEN, Revision, Rule, asm_request, causal_only, divides_16, divides_padded, forward_path,
     padding_of,
 )
 from mla_model.route import Route
@@ -120,7 +120,7 @@ def route(f: Features, s: Any, reg: Registry) -> Route:
         not_(gd),
         not_(gv),
         not_(use_triton_verify),
-        any_of(not_(causal), heads >= 16, qlen <= _ASM_PADDED_MAX_PS_QLEN, fp8),
+        any_of(not_(causal), heads >= 16, qlen <= ASM_PADDED_MAX_PS_QLEN, fp8),
     )
     persistent = all_of(wants, qlen >= 1, qlen <= mtp_decode_qlen)
     raises = all_of(not_(causal), qlen == 2, fp8, not_(is_in(m, _AITER_FP8_NON_CAUSAL_QLEN2_HEADS))) \

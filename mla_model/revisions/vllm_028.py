@@ -15,7 +15,7 @@ from mla_model.logic import all_of, any_of, choose, eq, ne, not_
 from mla_model.registry import Registry
 from mla_model.revisions.base import (
     causal_only,
-    _ASM_PADDED_MAX_PS_QLEN,
+    ASM_PADDED_MAX_PS_QLEN,
     Revision,
     asm_request,
     divides_16,
@@ -78,7 +78,7 @@ def route(s: Any, reg: Registry) -> Route:
     wants = all_of(  # L698
         not_(gd),
         not_(builder_gv),
-        any_of(heads >= 16, qlen <= _ASM_PADDED_MAX_PS_QLEN, is_quantized_kv_cache(builder_dtype)),
+        any_of(heads >= 16, qlen <= ASM_PADDED_MAX_PS_QLEN, is_quantized_kv_cache(builder_dtype)),
     )
     persistent = all_of(wants, qlen >= 1, qlen <= mtp_decode_qlen)
     # forward_mqa (impl side, raw dtype string)

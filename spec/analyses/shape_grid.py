@@ -39,7 +39,7 @@ from mla_model.shape import ARCHS, FIELD_BY_NAME, FIELDS, FP8_KV_CACHE_DTYPES, Q
 from spec.analyses.regions import Axis
 from spec.proof.terms import box_constraints, fields_of
 
-Rule = tuple[Any, frozenset]  # (z3 term, the fields it reads)
+CompiledRule = tuple[Any, frozenset]  # a validity rule as (z3 term, the fields it reads); cf. revisions.base.Rule
 
 
 def _combine(fn: Any, *args: Any) -> Any:
@@ -225,7 +225,7 @@ def _representative(name: str, members: np.ndarray) -> Any:
 # --- rules --------------------------------------------------------------------------------------------
 
 
-def relevant_rule(term: Any, variables: dict[str, Any]) -> Rule:
+def relevant_rule(term: Any, variables: dict[str, Any]) -> CompiledRule:
     """A rule over the fields it really depends on within the box (z3's proof, not the term's syntax).
 
     A term lifted from real code names every field on any path explored (a release's
@@ -266,7 +266,7 @@ def _equal_on_box(a: Any, b: Any, variables: dict[str, Any]) -> bool:
 # --- components and the grid --------------------------------------------------------------------------
 
 
-def components(fields: set[str], rules: list[Rule]) -> list[list[str]]:
+def components(fields: set[str], rules: list[CompiledRule]) -> list[list[str]]:
     """Groups of fields tied together by some rule (union-find), each in FIELDS order."""
     parent = {f: f for f in fields}
 
@@ -286,7 +286,7 @@ def components(fields: set[str], rules: list[Rule]) -> list[list[str]]:
     return list(groups.values())
 
 
-def enumerate_valid(fields: list[str], rules: list[Rule], classes: dict[str, list[np.ndarray]]
+def enumerate_valid(fields: list[str], rules: list[CompiledRule], classes: dict[str, list[np.ndarray]]
                     ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Every combination of the fields' values (class representatives) that the rules accept, and the
     number of box shapes each stands for."""
@@ -312,7 +312,7 @@ def enumerate_valid(fields: list[str], rules: list[Rule], classes: dict[str, lis
     return cols, weight
 
 
-def count_valid(rules: list[Rule], classes: dict[str, list[np.ndarray]]) -> int:
+def count_valid(rules: list[CompiledRule], classes: dict[str, list[np.ndarray]]) -> int:
     """Shapes of the box that every rule accepts."""
     read = set().union(*[reads for _, reads in rules])
     total = 1
@@ -414,7 +414,7 @@ class Grid:
         return out
 
 
-def build_grid(key_fields: set[str], rules: list[Rule], classes: dict[str, list[np.ndarray]]) -> Grid:
+def build_grid(key_fields: set[str], rules: list[CompiledRule], classes: dict[str, list[np.ndarray]]) -> Grid:
     """The grid over ``key_fields`` of every shape the rules accept."""
     read = key_fields.union(*[reads for _, reads in rules])
     laid_out, factor = [], 1
