@@ -27,9 +27,9 @@ KNOWN_BAD = {
                                 lambda h, q, dt, s: main_pre_51011.use_gluon_decode(h, q, s)),
     "gluon-fp8-batch-one": (vllm_028, "use_gluon_decode",
                             lambda h, q, dt, s: main_pre_51011.use_gluon_decode(h, q, s)),
-    "gluon-only-where-built": (vllm_028, "_gluon_mla_decode_supported", lambda s: True),  # arch guard dropped
-    "kernel-exists": (vllm_028, "_ASM_PADDED_MAX_PS_QLEN", 8),  # off by one past the bf16 qlen-4 kernels
-    "total": (vllm_028, "_ASM_PADDED_MAX_PS_QLEN", 8),
+    "gluon-only-where-built": (vllm_028, "on_gfx950", lambda s: True),  # arch guard dropped
+    "kernel-exists": (vllm_028, "ASM_PADDED_MAX_PS_QLEN", 8),  # off by one past the bf16 qlen-4 kernels
+    "total": (vllm_028, "ASM_PADDED_MAX_PS_QLEN", 8),
     "block-n-key-exists": (vllm_028, "reorder_batch_threshold", whitelist_mtp_decode_qlen),  # whitelist restored
     "metadata-covers-qlen": (vllm_028, "reorder_batch_threshold", whitelist_mtp_decode_qlen),
     "builder-impl-agree": (vllm_028, "builder_kv_cache_dtype",  # builder only normalises the "fp8" spelling

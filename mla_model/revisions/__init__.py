@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from mla_model.revisions import main_pre_51011, vllm_027, vllm_028, vllm_029, vllm_030, vllm_031, vllm_033, vllm_034
+from mla_model.revisions import (
+    main_pre_51011,
+    vllm_027,
+    vllm_028,
+    vllm_029,
+    vllm_030,
+    vllm_031,
+    vllm_033,
+    vllm_034,
+)
 from mla_model.revisions.base import Revision
 
 REVISIONS: dict[str, Revision] = {

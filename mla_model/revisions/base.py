@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping
 Rule = tuple[str, Callable[[Any], Any]]  # (name, shape -> term)
 
 from mla_model.derived import engine_rules, kernel_kv_dtype
-from mla_model.logic import all_of, any_of, choose, if_then_else, is_in, maximum
+from mla_model.logic import all_of, any_of, choose, eq, if_then_else, is_in, maximum
 from mla_model.registry import Registry
 from mla_model.route import HEAD_PADDINGS, PATHS, KernelRequest, Route
 
@@ -109,3 +109,48 @@ def forward_path(gd: Any, gv: Any, persistent: Any, triton_verify: Any = False) 
         "asm_nonpersistent",
     )
 
+
+def on_gfx950(s: Any) -> Any:
+    """vLLM's ``on_gfx950()``, which ``_gluon_mla_decode_supported()`` is (lru-cached) from #50578 on: CDNA3's
+    64 KiB LDS cannot hold Gluon's ~160 KiB tiling (sources §11)."""
+    return eq(s.arch, "gfx950")
+
+
+def compose_route(s: Any, gd: Any, gv: Any, wants: Any, mtp_decode_qlen: Any, decode_heads: Any, m: Any,
+                  head_padding: Any, padded_q_heads: Any, causal: Any, gluon_batch_is_one: Any,
+                  triton_verify: Any = False, vllm_raises: Any = False, builder_gv: Any = None) -> Route:
+    """A revision's gates composed into its Route: the builder's persistent gate ``wants and 1 <= qlen <=
+    _mtp_decode_qlen``, forward_mqa's order of tests, and Gluon handed kv_scale=1.0 (every revision)."""
+    qlen = s.max_qo_len
+    persistent = all_of(wants, qlen >= 1, qlen <= mtp_decode_qlen)
+    return Route(
+        path=forward_path(gd, gv, persistent, triton_verify=triton_verify),
+        use_gluon_decode=gd,
+        use_gluon_verify=gv,
+        use_persistent_metadata=persistent,
+        wants_persistent_metadata=wants,
+        mtp_decode_qlen=mtp_decode_qlen,
+        decode_heads=decode_heads,
+        head_padding=head_padding,
+        padded_q_heads=padded_q_heads,
+        request=asm_request(s, m, persistent, causal=causal),
+        gluon_batch_is_one=gluon_batch_is_one,
+        kv_scale_passed=False,  # both Gluon calls pass kv_scale=1.0
+        vllm_raises=vllm_raises,
+        builder_use_gluon_verify=builder_gv,
+    )
+
+
+def pre_dcp_route(s: Any, gd: Any, gv: Any, wants: Any, mtp_decode_qlen: Any, builder_gv: Any = None,
+                  head_padding: Any = None, padded_q_heads: Any = None) -> Route:
+    """The route of a revision before DCP (0.27, main before #51011, 0.28): the rank's own heads padded to
+    ``max(h, 16)`` (by default repeat_interleave for divisors of 16, tile + slice otherwise), always causal,
+    Gluon's batch of one only for a single one-token request (the verify flatten makes R*Q rows)."""
+    heads, qlen = s.num_heads, s.max_qo_len
+    m = get_actual_mla_num_heads_pre_029(heads)
+    return compose_route(
+        s, gd, gv, wants, mtp_decode_qlen, heads, m,
+        head_padding=padding_of(heads, m, divides_16(heads)) if head_padding is None else head_padding,
+        padded_q_heads=m if padded_q_heads is None else padded_q_heads,
+        causal=True, gluon_batch_is_one=all_of(s.num_reqs == 1, qlen == 1), builder_gv=builder_gv,
+    )

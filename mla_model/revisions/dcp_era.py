@@ -21,8 +21,15 @@ from typing import Any, Callable
 from mla_model.derived import dcp_decode_heads, is_quantized_kv_cache, parallel_drafting
 from mla_model.logic import all_of, any_of, ceil_to_multiple, eq, if_then_else, implies, is_in, ne, not_
 from mla_model.registry import Registry
+from mla_model.revisions import vllm_028
 from mla_model.revisions.base import (
-    ASM_PADDED_MAX_PS_QLEN, Revision, Rule, asm_request, causal_only, divides_16, divides_padded, forward_path,
+    ASM_PADDED_MAX_PS_QLEN,
+    Revision,
+    Rule,
+    causal_only,
+    compose_route,
+    divides_padded,
+    on_gfx950,
     padding_of,
 )
 from mla_model.route import Route
@@ -53,11 +60,6 @@ def get_actual_mla_num_heads(num_heads: Any, reg: Registry) -> Any:
     return if_then_else(all_of(num_heads == 24, reg.native_h24), 24, ceil_to_multiple(num_heads, 16))
 
 
-def _gluon_mla_decode_supported(s: Any) -> Any:
-    """``on_gfx950()``, lru-cached."""
-    return eq(s.arch, "gfx950")
-
-
 def _gluon_kv_cache_in_bounds(f: Features, kv_cache_bytes: Any) -> Any:
     """0.31.0+: Gluon drops its KV bounds mask past 2 GiB per layer (ROCm/aiter #4474)."""
     return kv_cache_bytes <= _GLUON_MAX_KV_CACHE_BYTES if f.kv_bound else True
@@ -65,17 +67,10 @@ def _gluon_kv_cache_in_bounds(f: Features, kv_cache_bytes: Any) -> Any:
 
 def use_gluon_decode(f: Features, num_heads: Any, max_qo_len: Any, kv_cache_dtype: Any, kv_cache_bytes: Any,
                      s: Any) -> Any:
-    """0.29.0 L1334 ... 0.34.0 L2555: heads/qlen, dtype guard, mode, arch, divisor, [KV bound]."""
-    mode = s.asm_padding_mode
-    return all_of(
-        num_heads < 16,
-        max_qo_len == 1,
-        not_(is_quantized_kv_cache(kv_cache_dtype)),
-        ne(mode, "asm"),
-        _gluon_mla_decode_supported(s),
-        any_of(eq(mode, "gluon"), divides_16(num_heads)),
-        _gluon_kv_cache_in_bounds(f, kv_cache_bytes),
-    )
+    """0.29.0 L1334 ... 0.34.0 L2555: 0.28.0's gate (heads/qlen, dtype guard, mode, arch, divisor), then
+    [from 0.31.0] the KV bound."""
+    return all_of(vllm_028.use_gluon_decode(num_heads, max_qo_len, kv_cache_dtype, s),
+                  _gluon_kv_cache_in_bounds(f, kv_cache_bytes))
 
 
 def use_gluon_verify(f: Features, num_heads: Any, max_qo_len: Any, kv_cache_dtype: Any, dcp_world_size: Any,
@@ -87,7 +82,7 @@ def use_gluon_verify(f: Features, num_heads: Any, max_qo_len: Any, kv_cache_dtyp
         dcp_world_size <= 1,
         not_(is_quantized_kv_cache(kv_cache_dtype)),
         num_heads < 16,
-        _gluon_mla_decode_supported(s),
+        on_gfx950(s),  # _gluon_mla_decode_supported()
         ne(s.asm_padding_mode, "asm"),
         _gluon_kv_cache_in_bounds(f, kv_cache_bytes),
     )
@@ -122,24 +117,13 @@ def route(f: Features, s: Any, reg: Registry) -> Route:
         not_(use_triton_verify),
         any_of(not_(causal), heads >= 16, qlen <= ASM_PADDED_MAX_PS_QLEN, fp8),
     )
-    persistent = all_of(wants, qlen >= 1, qlen <= mtp_decode_qlen)
     raises = all_of(not_(causal), qlen == 2, fp8, not_(is_in(m, _AITER_FP8_NON_CAUSAL_QLEN2_HEADS))) \
         if f.causal else False  # 0.30.0 L1153-1170 (sources §29): "AITER has no non-causal fp8 MLA kernel"
-    return Route(
-        path=forward_path(gd, gv, persistent, triton_verify=use_triton_verify),
-        use_gluon_decode=gd,
-        use_gluon_verify=gv,
-        use_persistent_metadata=persistent,
-        wants_persistent_metadata=wants,
-        mtp_decode_qlen=mtp_decode_qlen,
-        decode_heads=heads,
-        head_padding=padding_of(heads, m, divides_padded(heads, m)),
-        padded_q_heads=m,
-        request=asm_request(s, m, persistent, causal=causal),
+    return compose_route(
+        s, gd, gv, wants, mtp_decode_qlen, heads, m, head_padding=padding_of(heads, m, divides_padded(heads, m)),
+        padded_q_heads=m, causal=causal,
         gluon_batch_is_one=s.num_reqs == 1,  # native 4-D MTP: one batch row per request
-        kv_scale_passed=False,  # both Gluon calls pass kv_scale=1.0
-        vllm_raises=raises,
-        builder_use_gluon_verify=gv,
+        triton_verify=use_triton_verify, vllm_raises=raises, builder_gv=gv,
     )
 
 

@@ -17,22 +17,16 @@ from mla_model.derived import reorder_batch_threshold
 from mla_model.logic import all_of, any_of, eq, ne
 from mla_model.registry import Registry
 from mla_model.revisions.base import (
-    causal_only,
     Revision,
-    asm_request,
+    causal_only,
     divides_16,
-    forward_path,
     get_actual_mla_num_heads_pre_029,
     is_valid_num_heads_pre_029,
-    padding_of,
+    on_gfx950,
+    pre_dcp_route,
     whitelist_mtp_decode_qlen,
 )
 from mla_model.route import Route
-
-
-def _gluon_mla_decode_supported(s: Any) -> Any:
-    """``on_gfx950()``: the CDNA3 LDS (64 KiB) cannot hold Gluon's ~160 KiB tiling."""
-    return eq(s.arch, "gfx950")
 
 
 def use_gluon_decode(num_heads: Any, max_qo_len: Any, s: Any) -> Any:
@@ -42,39 +36,20 @@ def use_gluon_decode(num_heads: Any, max_qo_len: Any, s: Any) -> Any:
         num_heads < 16,
         max_qo_len == 1,
         ne(mode, "asm"),
-        _gluon_mla_decode_supported(s),
+        on_gfx950(s),  # _gluon_mla_decode_supported()
         any_of(eq(mode, "gluon"), divides_16(num_heads)),
     )
 
 
 def use_gluon_verify(num_heads: Any, max_qo_len: Any, s: Any) -> Any:
     """forward_mqa's inline verify branch: ``num_heads < 16 and max_qo_len > 1`` on gfx950."""
-    return all_of(num_heads < 16, max_qo_len > 1, _gluon_mla_decode_supported(s))
+    return all_of(num_heads < 16, max_qo_len > 1, on_gfx950(s))  # on_gfx950: _gluon_mla_decode_supported()
 
 
 def route(s: Any, reg: Registry) -> Route:
     heads, qlen = s.num_heads, s.max_qo_len
-    gd = use_gluon_decode(heads, qlen, s)
-    gv = use_gluon_verify(heads, qlen, s)
-    mtp_decode_qlen = whitelist_mtp_decode_qlen(s)
-    wants = heads >= 16
-    persistent = all_of(wants, qlen >= 1, qlen <= mtp_decode_qlen)
-    m = get_actual_mla_num_heads_pre_029(heads)
-    return Route(
-        path=forward_path(gd, gv, persistent),
-        use_gluon_decode=gd,
-        use_gluon_verify=gv,
-        use_persistent_metadata=persistent,
-        wants_persistent_metadata=wants,
-        mtp_decode_qlen=mtp_decode_qlen,
-        decode_heads=heads,
-        head_padding=padding_of(heads, m, divides_16(heads)),
-        padded_q_heads=m,  # repeat_interleave for divisors of 16, tile + slice otherwise
-        request=asm_request(s, m, persistent, causal=True),
-        gluon_batch_is_one=all_of(s.num_reqs == 1, qlen == 1),
-        kv_scale_passed=False,
-        vllm_raises=False,
-    )
+    return pre_dcp_route(s, use_gluon_decode(heads, qlen, s), use_gluon_verify(heads, qlen, s),
+                         wants=heads >= 16, mtp_decode_qlen=whitelist_mtp_decode_qlen(s))
 
 
 # AiterMLAHelper's names for the shared helpers, so model and code read side by side.

@@ -13,12 +13,11 @@ from mla_model.derived import reorder_batch_threshold
 from mla_model.logic import all_of, choose, if_then_else, lookup_int
 from mla_model.registry import Registry
 from mla_model.revisions.base import (
-    causal_only,
     Revision,
-    asm_request,
-    forward_path,
+    causal_only,
     get_actual_mla_num_heads_pre_029,
     is_valid_num_heads_pre_029,
+    pre_dcp_route,
     whitelist_mtp_decode_qlen,
 )
 from mla_model.route import HEAD_PADDINGS, Route
@@ -43,22 +42,10 @@ def route(s: Any, reg: Registry) -> Route:
     gv = use_gluon_verify(heads, qlen)
     mtp_decode_qlen = whitelist_mtp_decode_qlen(s)  # L231-238
     wants = heads >= 16  # L657
-    persistent = all_of(wants, qlen >= 1, qlen <= mtp_decode_qlen)
-    m = get_actual_mla_num_heads_pre_029(heads)
-    return Route(
-        path=forward_path(gd, gv, persistent),
-        use_gluon_decode=gd,
-        use_gluon_verify=gv,
-        use_persistent_metadata=persistent,
-        wants_persistent_metadata=wants,
-        mtp_decode_qlen=mtp_decode_qlen,
-        decode_heads=heads,
+    return pre_dcp_route(
+        s, gd, gv, wants, mtp_decode_qlen,
         head_padding=choose(HEAD_PADDINGS, [(heads >= 16, "none")], "repeat_interleave"),
         padded_q_heads=if_then_else(heads >= 16, heads, lookup_int(heads, _REPEAT_INTERLEAVE_HEADS, heads)),
-        request=asm_request(s, m, persistent, causal=True),
-        gluon_batch_is_one=all_of(s.num_reqs == 1, qlen == 1),
-        kv_scale_passed=False,  # both Gluon calls pass kv_scale=1.0
-        vllm_raises=False,
     )
 
 

@@ -14,24 +14,17 @@ from mla_model.derived import is_quantized_kv_cache, reorder_batch_threshold
 from mla_model.logic import all_of, any_of, choose, eq, ne, not_
 from mla_model.registry import Registry
 from mla_model.revisions.base import (
-    causal_only,
     ASM_PADDED_MAX_PS_QLEN,
     Revision,
-    asm_request,
+    causal_only,
     divides_16,
-    forward_path,
     get_actual_mla_num_heads_pre_029,
     is_valid_num_heads_pre_029,
-    padding_of,
+    on_gfx950,
+    pre_dcp_route,
 )
 from mla_model.route import Route
 from mla_model.shape import KV_CACHE_DTYPES
-
-
-
-def _gluon_mla_decode_supported(s: Any) -> Any:
-    """``_gluon_mla_decode_supported()``: lru-cached ``on_gfx950()``."""
-    return eq(s.arch, "gfx950")
 
 
 def use_gluon_decode(num_heads: Any, max_qo_len: Any, kv_cache_dtype: Any, s: Any) -> Any:
@@ -42,7 +35,7 @@ def use_gluon_decode(num_heads: Any, max_qo_len: Any, kv_cache_dtype: Any, s: An
         max_qo_len == 1,
         not_(is_quantized_kv_cache(kv_cache_dtype)),
         ne(mode, "asm"),
-        _gluon_mla_decode_supported(s),
+        on_gfx950(s),  # _gluon_mla_decode_supported()
         any_of(eq(mode, "gluon"), divides_16(num_heads)),
     )
 
@@ -54,7 +47,7 @@ def use_gluon_verify(num_heads: Any, max_qo_len: Any, kv_cache_dtype: Any, s: An
         max_qo_len > 1,
         not_(is_quantized_kv_cache(kv_cache_dtype)),
         ne(s.asm_padding_mode, "asm"),
-        _gluon_mla_decode_supported(s),
+        on_gfx950(s),  # _gluon_mla_decode_supported()
     )
 
 
@@ -80,26 +73,9 @@ def route(s: Any, reg: Registry) -> Route:
         not_(builder_gv),
         any_of(heads >= 16, qlen <= ASM_PADDED_MAX_PS_QLEN, is_quantized_kv_cache(builder_dtype)),
     )
-    persistent = all_of(wants, qlen >= 1, qlen <= mtp_decode_qlen)
     # forward_mqa (impl side, raw dtype string)
     gv = use_gluon_verify(heads, qlen, s.kv_cache_dtype, s)
-    m = get_actual_mla_num_heads_pre_029(heads)
-    return Route(
-        path=forward_path(gd, gv, persistent),
-        use_gluon_decode=gd,
-        use_gluon_verify=gv,
-        use_persistent_metadata=persistent,
-        wants_persistent_metadata=wants,
-        mtp_decode_qlen=mtp_decode_qlen,
-        decode_heads=heads,
-        head_padding=padding_of(heads, m, divides_16(heads)),
-        padded_q_heads=m,
-        request=asm_request(s, m, persistent, causal=True),
-        gluon_batch_is_one=all_of(s.num_reqs == 1, qlen == 1),
-        kv_scale_passed=False,
-        vllm_raises=False,
-        builder_use_gluon_verify=builder_gv,
-    )
+    return pre_dcp_route(s, gd, gv, wants, mtp_decode_qlen, builder_gv=builder_gv)
 
 
 # AiterMLAHelper's names for the shared helpers, so model and code read side by side.
