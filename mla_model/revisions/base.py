@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping
 
 Rule = tuple[str, Callable[[Any], Any]]  # (name, shape -> term)
 
-from mla_model.derived import engine_rules, kernel_kv_dtype
+from mla_model.derived import engine_rules, kernel_kv_dtype, reorder_batch_threshold
 from mla_model.logic import all_of, any_of, choose, eq, if_then_else, is_in, maximum
 from mla_model.registry import Registry
 from mla_model.route import HEAD_PADDINGS, PATHS, KernelRequest, Route
@@ -153,4 +153,16 @@ def pre_dcp_route(s: Any, gd: Any, gv: Any, wants: Any, mtp_decode_qlen: Any, bu
         head_padding=padding_of(heads, m, divides_16(heads)) if head_padding is None else head_padding,
         padded_q_heads=m if padded_q_heads is None else padded_q_heads,
         causal=True, gluon_batch_is_one=all_of(s.num_reqs == 1, qlen == 1), builder_gv=builder_gv,
+    )
+
+
+def pre_dcp_revision(id: str, title: str, source: str, route: Callable[[Any, Registry], Route]) -> Revision:
+    """A revision before DCP: 0.28's threshold formula, heads valid as ``1..15 or a multiple of 16``, causal
+    blocks only, and AiterMLAHelper's shared helpers under vLLM's names for bind (the revision's own gates
+    are found in its module)."""
+    return Revision(
+        id=id, title=title, source=source, route=route, reorder_batch_threshold=reorder_batch_threshold,
+        is_valid_num_heads=is_valid_num_heads_pre_029, scope=causal_only,
+        gates={"is_valid_num_heads": is_valid_num_heads_pre_029,
+               "get_actual_mla_num_heads": get_actual_mla_num_heads_pre_029},
     )

@@ -13,16 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from mla_model.derived import reorder_batch_threshold
 from mla_model.logic import all_of, any_of, eq, ne
 from mla_model.registry import Registry
 from mla_model.revisions.base import (
-    Revision,
-    causal_only,
     divides_16,
-    get_actual_mla_num_heads_pre_029,
-    is_valid_num_heads_pre_029,
     on_gfx950,
+    pre_dcp_revision,
     pre_dcp_route,
     whitelist_mtp_decode_qlen,
 )
@@ -52,17 +48,9 @@ def route(s: Any, reg: Registry) -> Route:
                          wants=heads >= 16, mtp_decode_qlen=whitelist_mtp_decode_qlen(s))
 
 
-# AiterMLAHelper's names for the shared helpers, so model and code read side by side.
-is_valid_num_heads = is_valid_num_heads_pre_029
-get_actual_mla_num_heads = get_actual_mla_num_heads_pre_029
-
-
-REVISION = Revision(
+REVISION = pre_dcp_revision(
     id="main-pre-51011",
     title="vLLM main after #50578, before #51011 (unreleased)",
     source="sources §19: #50578 d8eabdbf + pristine side of the #51011 diff",
     route=route,
-    reorder_batch_threshold=reorder_batch_threshold,
-    is_valid_num_heads=is_valid_num_heads_pre_029,
-    scope=causal_only,
 )

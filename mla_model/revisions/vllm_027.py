@@ -9,14 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from mla_model.derived import reorder_batch_threshold
 from mla_model.logic import all_of, choose, if_then_else, lookup_int
 from mla_model.registry import Registry
 from mla_model.revisions.base import (
-    Revision,
-    causal_only,
-    get_actual_mla_num_heads_pre_029,
-    is_valid_num_heads_pre_029,
+    pre_dcp_revision,
     pre_dcp_route,
     whitelist_mtp_decode_qlen,
 )
@@ -49,17 +45,9 @@ def route(s: Any, reg: Registry) -> Route:
     )
 
 
-# AiterMLAHelper's names for the shared helpers, so model and code read side by side.
-is_valid_num_heads = is_valid_num_heads_pre_029
-get_actual_mla_num_heads = get_actual_mla_num_heads_pre_029
-
-
-REVISION = Revision(
+REVISION = pre_dcp_revision(
     id="vllm-0.27",
     title="vLLM 0.27.0/0.27.1: before #50578 and #51011",
     source="vllm==0.27.0 rocm_aiter_mla.py (md5 8213c41c), L231-238, L657, L829, L1116",
     route=route,
-    reorder_batch_threshold=reorder_batch_threshold,
-    is_valid_num_heads=is_valid_num_heads_pre_029,
-    scope=causal_only,
 )

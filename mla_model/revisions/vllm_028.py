@@ -15,12 +15,9 @@ from mla_model.logic import all_of, any_of, choose, eq, ne, not_
 from mla_model.registry import Registry
 from mla_model.revisions.base import (
     ASM_PADDED_MAX_PS_QLEN,
-    Revision,
-    causal_only,
     divides_16,
-    get_actual_mla_num_heads_pre_029,
-    is_valid_num_heads_pre_029,
     on_gfx950,
+    pre_dcp_revision,
     pre_dcp_route,
 )
 from mla_model.route import Route
@@ -78,17 +75,9 @@ def route(s: Any, reg: Registry) -> Route:
     return pre_dcp_route(s, gd, gv, wants, mtp_decode_qlen, builder_gv=builder_gv)
 
 
-# AiterMLAHelper's names for the shared helpers, so model and code read side by side.
-is_valid_num_heads = is_valid_num_heads_pre_029
-get_actual_mla_num_heads = get_actual_mla_num_heads_pre_029
-
-
-REVISION = Revision(
+REVISION = pre_dcp_revision(
     id="vllm-0.28",
     title="vLLM 0.28.0 = PR #51011",
     source="vllm==0.28.0 rocm_aiter_mla.py (md5 65e2645d), L276, L698, L909, L931",
     route=route,
-    reorder_batch_threshold=reorder_batch_threshold,
-    is_valid_num_heads=is_valid_num_heads_pre_029,
-    scope=causal_only,
 )
