@@ -62,6 +62,16 @@ def strict(module_name: str) -> Any:
     return __getattr__
 
 
+def prefill_only(name: str, what: str) -> Any:
+    """A stand-in for a prefill-only vLLM helper: decode never reaches it, so reaching it is a harness fault."""
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise StubMissing(f"the release reaches the prefill {what} {name}, which the harness does not drive")
+
+    refuse.__name__ = name
+    return refuse
+
+
 class Bag:
     """A config or layer object holding exactly the attributes the harness gives it.
 

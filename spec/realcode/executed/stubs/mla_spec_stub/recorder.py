@@ -108,13 +108,8 @@ def mla_decode_fwd(q, kv_buffer, o, qo_indptr, kv_indptr, kv_indices, kv_last_pa
         "causal": None if causal is None else bool(causal), "return_lse": bool(return_lse),
         "extra": sorted(extra),
     }
-    _keep(call)
-    call["tensors"] = {"q": q, "o": o, "kv": kv_buffer, "kv_indptr": kv_indptr, "kv_indices": kv_indices,
-                       "qo_indptr": qo_indptr}
-    failure = _asm_failure(call)
-    if failure:
-        call["raised"] = failure[1]
-        raise failure[0]
+    _admit(call, {"q": q, "o": o, "kv": kv_buffer, "kv_indptr": kv_indptr, "kv_indices": kv_indices,
+                  "qo_indptr": qo_indptr}, _asm_failure)
     result = compute("mla_decode_fwd", call)
     if return_lse and result is None:
         return None, torch.empty(q.shape[0], q.shape[1], dtype=torch.float32, device=q.device)
@@ -130,15 +125,20 @@ def mla_gluon(q_nope, q_pe, kv_c, o, page_table, seq_info, sm_scale, k_pe=None, 
         "kv_scale": _scalar(kv_scale), "q_scale": None, "sm_scale": _scalar(sm_scale),
         "min_kv_seq_len": int(min_kv_seq_len), "extra": sorted(extra),
     }
+    _admit(call, {"q_nope": q_nope, "q_pe": q_pe, "o": o, "kv": kv_c, "kv_indptr": seq_info,
+                  "kv_indices": page_table}, _gluon_failure)
+    return compute("mla_gluon", call)
+    return None
+
+
+def _admit(call: dict[str, Any], tensors: dict[str, Any], refusal: Any) -> None:
+    """Keep the call with its tensors, then raise what AITER raises for it (mla_model.failures), if anything."""
     _keep(call)
-    call["tensors"] = {"q_nope": q_nope, "q_pe": q_pe, "o": o, "kv": kv_c, "kv_indptr": seq_info,
-                       "kv_indices": page_table}
-    failure = _gluon_failure(call)
+    call["tensors"] = tensors
+    failure = refusal(call)
     if failure:
         call["raised"] = failure[1]
         raise failure[0]
-    return compute("mla_gluon", call)
-    return None
 
 
 def compute(entry: str, call: dict[str, Any], real: Any = None) -> Any:

@@ -36,7 +36,7 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
-from mla_spec_stub import StubMissing, strict
+from mla_spec_stub import StubMissing, prefill_only, strict
 from vllm.v1.attention.backend import AttentionMetadataBuilder
 
 __getattr__ = strict("vllm.model_executor.layers.attention.mla_attention")
@@ -64,16 +64,8 @@ class PrefillBackend:
         return PrefillBackend()
 
 
-def _prefill_only(name):
-    def refuse(*args, **kwargs):
-        raise StubMissing(f"the release reaches the prefill helper {name}, which the harness does not drive")
-
-    refuse.__name__ = name
-    return refuse
-
-
-init_mla_context_partial = _prefill_only("init_mla_context_partial")
-accumulate_mla_context_chunk = _prefill_only("accumulate_mla_context_chunk")
+init_mla_context_partial = prefill_only(what="helper", name="init_mla_context_partial")
+accumulate_mla_context_chunk = prefill_only(what="helper", name="accumulate_mla_context_chunk")
 
 
 class MLACommonBackend:

@@ -6,19 +6,11 @@ serve chunked-prefill context (vllm/v1/attention/ops/rocm_aiter_mla_prefill.py
 fault (:class:`mla_spec_stub.StubMissing`), never a silent answer.
 """
 
-from mla_spec_stub import StubMissing, strict
+from mla_spec_stub import StubMissing, prefill_only, strict
 
 __getattr__ = strict("vllm.v1.attention.ops.rocm_aiter_mla_prefill")
 
 
-def _prefill_only(name):
-    def refuse(*args, **kwargs):
-        raise StubMissing(f"the release reaches the prefill op {name}, which the harness does not drive")
-
-    refuse.__name__ = name
-    return refuse
-
-
-context_row_indices = _prefill_only("context_row_indices")
-expand_context = _prefill_only("expand_context")
-gather_compressed_context = _prefill_only("gather_compressed_context")
+context_row_indices = prefill_only(what="op", name="context_row_indices")
+expand_context = prefill_only(what="op", name="expand_context")
+gather_compressed_context = prefill_only(what="op", name="gather_compressed_context")
