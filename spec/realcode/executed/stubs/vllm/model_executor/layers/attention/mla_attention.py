@@ -36,7 +36,7 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
-from mla_spec_stub import StubMissing, prefill_only, strict
+from mla_spec_stub import prefill_only, strict
 from vllm.v1.attention.backend import AttentionMetadataBuilder
 
 __getattr__ = strict("vllm.model_executor.layers.attention.mla_attention")
