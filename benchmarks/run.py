@@ -72,7 +72,9 @@ def check_wall_time(runs: int = 5) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", action="store_true", help="also time the exhaustive box sweeps")
-    parser.add_argument("--realcode", nargs="*", default=[], metavar="RELEASE", help="also time lifting and binding")
+    parser.add_argument(
+        "--realcode", nargs="*", default=[], metavar="RELEASE", help="also time lifting and binding"
+    )
     args = parser.parse_args()
     for release in args.realcode:
         from spec.realcode.bind import bounded_comparison, default_model
@@ -85,21 +87,29 @@ def main() -> None:
         seconds = time.perf_counter() - start
         rows = bounded_comparison(RealGates(source), default_model(source.label) or "vllm-0.34")
         rates = {r.function: r.real_calls_per_second for r in rows if r.checked}
-        print(f"{source.label}: lifting {seconds:.2f} s ({lifted['paths']} paths); bounded real calls/s: "
-              + ", ".join(f"{k} {v / 1e6:.2f} M" for k, v in rates.items()))
+        print(
+            f"{source.label}: lifting {seconds:.2f} s ({lifted['paths']} paths); bounded real calls/s: "
+            + ", ".join(f"{k} {v / 1e6:.2f} M" for k, v in rates.items())
+        )
     times = check_wall_time()
-    print(f"mla-spec check (default, all revisions x registries x invariants): "
-          f"median {statistics.median(times):.2f} s of {[round(t, 2) for t in times]}")
+    print(
+        f"mla-spec check (default, all revisions x registries x invariants): "
+        f"median {statistics.median(times):.2f} s of {[round(t, 2) for t in times]}"
+    )
     for rid, rate in numpy_throughput().items():
-        print(f"numpy interpretation, {rid}: {rate / 1e6:.2f} M shapes/s (route + lookup + 10 invariants + validity)")
+        print(
+            f"numpy interpretation, {rid}: {rate / 1e6:.2f} M shapes/s (route + lookup + 10 invariants + validity)"
+        )
     if args.sweep:
         from spec.proof.bruteforce import sweep
 
         for rid in REVISIONS:
             for reg in REGISTRY_IDS:
                 r = sweep(rid, reg, INVARIANTS)
-                print(f"box sweep {rid} x {reg}: {r.valid:,} valid of {r.shapes:,} shapes in {r.seconds:.1f} s "
-                      f"({r.shapes / r.seconds / 1e6:.2f} M shapes/s)")
+                print(
+                    f"box sweep {rid} x {reg}: {r.valid:,} valid of {r.shapes:,} shapes in {r.seconds:.1f} s "
+                    f"({r.shapes / r.seconds / 1e6:.2f} M shapes/s)"
+                )
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ which route fields moved, from what to what, for which shape.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from mla_model.case import Case, expected_route
@@ -22,8 +22,11 @@ NOT_FROM_REAL_CODE = ("head_padding", "padded_q_heads")
 
 def route_differences(pinned: dict[str, Any], actual: dict[str, Any]) -> list[str]:
     """'field: pinned X, now Y' for each field that moved."""
-    return [f"{k}: pinned {pinned.get(k)!r}, now {actual.get(k)!r}"
-            for k in sorted(set(pinned) | set(actual)) if pinned.get(k) != actual.get(k)]
+    return [
+        f"{k}: pinned {pinned.get(k)!r}, now {actual.get(k)!r}"
+        for k in sorted(set(pinned) | set(actual))
+        if pinned.get(k) != actual.get(k)
+    ]
 
 
 def _assert_route(case: Case, revision: Revision, who: str, skip: tuple[str, ...] = ()) -> None:
@@ -32,10 +35,14 @@ def _assert_route(case: Case, revision: Revision, who: str, skip: tuple[str, ...
         broken = [name for name, ok in revision.validity(case.shape, registry) if not ok]
         raise AssertionError(f"{case.id}: {who} no longer accepts this shape ({'; '.join(broken)})")
     actual = expected_route(revision, registry, case.shape)
-    moved = route_differences({k: v for k, v in case.expected_route.items() if k not in skip},
-                              {k: v for k, v in actual.items() if k not in skip})
+    moved = route_differences(
+        {k: v for k, v in case.expected_route.items() if k not in skip},
+        {k: v for k, v in actual.items() if k not in skip},
+    )
     if moved:
-        raise AssertionError(f"{case.id} ({case.origin}): {who} routes it differently:\n  " + "\n  ".join(moved))
+        raise AssertionError(
+            f"{case.id} ({case.origin}): {who} routes it differently:\n  " + "\n  ".join(moved)
+        )
 
 
 def assert_model_route(case: Case) -> None:
@@ -43,7 +50,7 @@ def assert_model_route(case: Case) -> None:
     _assert_route(case, get_revision(case.revision), f"the model revision {case.revision}")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _real(release: str) -> Revision:
     from spec.realcode.revision import real_revision
 

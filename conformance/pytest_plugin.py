@@ -27,24 +27,48 @@ import pytest
 _SETTINGS = pytest.StashKey[dict]()
 
 
-
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("mla-spec", "mla-spec conformance replay")
-    group.addoption("--mla-backend", metavar="NAME",
-                    help="backend to replay the cases on: model, aiter-triton, vllm-aiter, vllm")
-    group.addoption("--mla-cases", metavar="FILE", help="cases JSONL file (mla-spec cases); each line becomes a test")
-    group.addoption("--mla-device", default="auto", metavar="DEV",
-                    help="auto (CUDA when present), cpu, cuda or cuda:N (default: auto)")
-    group.addoption("--mla-results", metavar="FILE",
-                    help="stream one JSON line per case here; cases already in it are skipped (resume)")
-    group.addoption("--mla-fault", metavar="NAME", help="model backend only: inject a documented failure mode")
-    group.addoption("--mla-kv-len", type=int, default=None, metavar="N",
-                    help="context tokens per request, drawn from [1, N] (default 256)")
-    group.addoption("--mla-full-context", action="store_true",
-                    help="every request holds exactly --mla-kv-len context tokens (for timing)")
-    group.addoption("--mla-vllm", metavar="RELEASE",
-                    help="vllm backend: the vLLM release (0.28.0), tree or rocm_aiter_mla.py whose real decode "
-                         "path runs (default: each case's revision's release)")
+    group.addoption(
+        "--mla-backend",
+        metavar="NAME",
+        help="backend to replay the cases on: model, aiter-triton, vllm-aiter, vllm",
+    )
+    group.addoption(
+        "--mla-cases", metavar="FILE", help="cases JSONL file (mla-spec cases); each line becomes a test"
+    )
+    group.addoption(
+        "--mla-device",
+        default="auto",
+        metavar="DEV",
+        help="auto (CUDA when present), cpu, cuda or cuda:N (default: auto)",
+    )
+    group.addoption(
+        "--mla-results",
+        metavar="FILE",
+        help="stream one JSON line per case here; cases already in it are skipped (resume)",
+    )
+    group.addoption(
+        "--mla-fault", metavar="NAME", help="model backend only: inject a documented failure mode"
+    )
+    group.addoption(
+        "--mla-kv-len",
+        type=int,
+        default=None,
+        metavar="N",
+        help="context tokens per request, drawn from [1, N] (default 256)",
+    )
+    group.addoption(
+        "--mla-full-context",
+        action="store_true",
+        help="every request holds exactly --mla-kv-len context tokens (for timing)",
+    )
+    group.addoption(
+        "--mla-vllm",
+        metavar="RELEASE",
+        help="vllm backend: the vLLM release (0.28.0), tree or rocm_aiter_mla.py whose real decode "
+        "path runs (default: each case's revision's release)",
+    )
 
 
 def _active(config: pytest.Config) -> bool:
@@ -69,7 +93,9 @@ def pytest_configure(config: pytest.Config) -> None:
         if fault not in FAULTS:
             raise pytest.UsageError(f"unknown --mla-fault {fault!r}; known: {', '.join(FAULTS)}")
         if backend not in FAULT_BACKENDS:
-            raise pytest.UsageError(f"--mla-fault is a switch of the {', '.join(FAULT_BACKENDS)} backend only")
+            raise pytest.UsageError(
+                f"--mla-fault is a switch of the {', '.join(FAULT_BACKENDS)} backend only"
+            )
     path = Path(cases)
     if not path.is_file():
         raise pytest.UsageError(f"--mla-cases {cases}: no such file")
@@ -79,8 +105,10 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"--mla-cases {e}") from None
     stale = stale_cases(parsed)
     if stale:  # replaying a route the model no longer takes would pass or fail the wrong thing
-        raise pytest.UsageError(f"--mla-cases {cases}: {len(stale)} case(s) no longer have their pinned route "
-                                f"(first: {stale[0]}); regenerate them with mla-spec cases")
+        raise pytest.UsageError(
+            f"--mla-cases {cases}: {len(stale)} case(s) no longer have their pinned route "
+            f"(first: {stale[0]}); regenerate them with mla-spec cases"
+        )
     vllm = config.getoption("--mla-vllm")
     if vllm is not None and backend != "vllm":
         raise pytest.UsageError("--mla-vllm is a switch of the vllm backend only")
@@ -88,10 +116,17 @@ def pytest_configure(config: pytest.Config) -> None:
     if kv_len is not None and kv_len < 1:
         raise pytest.UsageError("--mla-kv-len must be at least 1")
     config.stash[_SETTINGS] = {
-        "backend": backend, "path": path.resolve(), "cases": parsed, "fault": fault, "kv_len": kv_len,
+        "backend": backend,
+        "path": path.resolve(),
+        "cases": parsed,
+        "fault": fault,
+        "kv_len": kv_len,
         "full_context": config.getoption("--mla-full-context"),
-        "device": config.getoption("--mla-device"), "results": config.getoption("--mla-results"), "done": None,
-        "vllm": vllm, "configured": False,
+        "device": config.getoption("--mla-device"),
+        "results": config.getoption("--mla-results"),
+        "done": None,
+        "vllm": vllm,
+        "configured": False,
     }
     if config.args_source != pytest.Config.ArgsSource.ARGS:
         config.args = [str(path)]  # collect the cases, not the project's test paths
@@ -128,16 +163,21 @@ class CaseItem(pytest.Item):
         if log is not None and self.name in settings["done"]:
             pytest.skip(f"already recorded in {log.path}")
         worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-        device = runner.resolve_device(settings["device"], int(worker[2:]) if worker.startswith("gw") else None)
+        device = runner.resolve_device(
+            settings["device"], int(worker[2:]) if worker.startswith("gw") else None
+        )
         kv_len = settings["kv_len"] or runner.DEFAULT_KV_LEN
         backend = load_backend(settings["backend"])
         if hasattr(backend, "configure") and not settings["configured"]:
             # Batching backends (vllm) run the cases still to do in chunks, one process per chunk.
             done = settings["done"] or set()
-            backend.configure(release=settings["vllm"],
-                              cases=[c for c in settings["cases"] if case_key(c) not in done])
+            backend.configure(
+                release=settings["vllm"], cases=[c for c in settings["cases"] if case_key(c) not in done]
+            )
             settings["configured"] = True
-        record = runner.run_case(self.case, backend, device, kv_len, settings["fault"], settings["full_context"])
+        record = runner.run_case(
+            self.case, backend, device, kv_len, settings["fault"], settings["full_context"]
+        )
         self.user_properties.append(("mla_status", record["status"]))
         if log is not None:
             log.append(record)

@@ -59,8 +59,10 @@ def shim_modules(release: str) -> dict[str, types.ModuleType]:
 
     class MLACommonMetadataBuilder:
         def __init__(self, *args: Any, **kwargs: Any) -> None:
-            raise RuntimeError("mla-spec shim: MLACommonMetadataBuilder.__init__ is vLLM's; "
-                               "monkeypatch it as vLLM's own builder tests do")
+            raise RuntimeError(
+                "mla-spec shim: MLACommonMetadataBuilder.__init__ is vLLM's; "
+                "monkeypatch it as vLLM's own builder tests do"
+            )
 
     class AiterMLAMetadataBuilder(MLACommonMetadataBuilder):
         """Runs the common __init__, then the release's own statements that size the persistent metadata."""
@@ -70,14 +72,25 @@ def shim_modules(release: str) -> dict[str, types.ModuleType]:
             code.refresh_caches()
             init_slice(self, vllm_config)
 
-    module = _LoadedModule(code, {
-        "AiterMLAMetadataBuilder": AiterMLAMetadataBuilder,
-        "MLACommonMetadataBuilder": MLACommonMetadataBuilder,
-    })
+    module = _LoadedModule(
+        code,
+        {
+            "AiterMLAMetadataBuilder": AiterMLAMetadataBuilder,
+            "MLACommonMetadataBuilder": MLACommonMetadataBuilder,
+        },
+    )
     assert module.AiterMLAHelper is code.namespace[HELPER]
     platform = types.SimpleNamespace(is_rocm=lambda: True, is_cuda=lambda: False)
-    packages = {name: types.ModuleType(name) for name in (
-        "vllm", "vllm.v1", "vllm.v1.attention", "vllm.v1.attention.backends", "vllm.v1.attention.backends.mla")}
+    packages = {
+        name: types.ModuleType(name)
+        for name in (
+            "vllm",
+            "vllm.v1",
+            "vllm.v1.attention",
+            "vllm.v1.attention.backends",
+            "vllm.v1.attention.backends.mla",
+        )
+    }
     for name, pkg in packages.items():
         pkg.__path__ = []  # a package, so "from vllm.v1... import rocm_aiter_mla" resolves the submodule
     platforms = types.ModuleType("vllm.platforms")
@@ -92,7 +105,10 @@ def main(argv: list[str] | None = None) -> int:
 
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) < 3 or args[0] != "--vllm":
-        print("usage: python -m conformance.vllm_shim --vllm RELEASE|PATH TEST_MODULE [pytest args]", file=sys.stderr)
+        print(
+            "usage: python -m conformance.vllm_shim --vllm RELEASE|PATH TEST_MODULE [pytest args]",
+            file=sys.stderr,
+        )
         return 2
     try:
         sys.modules.update(shim_modules(args[1]))

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import json
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from mla_model.decision import decide
 from mla_model.registry import NO_KERNEL, Registry, resolved_kernel
@@ -49,12 +50,21 @@ class Case:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Case":
-        missing = sorted({"id", "shape", "expected_route", "origin", "revision", "registry", "seed"} - set(data))
+    def from_json(cls, data: dict[str, Any]) -> Case:
+        missing = sorted(
+            {"id", "shape", "expected_route", "origin", "revision", "registry", "seed"} - set(data)
+        )
         if missing:
             raise ValueError(f"case {data.get('id', '?')!r} lacks {', '.join(missing)}")
-        return cls(data["id"], Shape.from_json(data["shape"]), data["expected_route"], data["origin"],
-                   data["revision"], data["registry"], int(data["seed"]))
+        return cls(
+            data["id"],
+            Shape.from_json(data["shape"]),
+            data["expected_route"],
+            data["origin"],
+            data["revision"],
+            data["registry"],
+            int(data["seed"]),
+        )
 
 
 def expected_route(revision: Revision, registry: Registry, shape: Shape) -> dict[str, Any]:
@@ -85,17 +95,28 @@ def stale_cases(cases: Iterable[Case]) -> list[str]:
     from mla_model.registry import load_registry
     from mla_model.revisions import get_revision
 
-    return [c.id for c in cases
-            if expected_route(get_revision(c.revision), load_registry(c.registry), c.shape) != c.expected_route]
+    return [
+        c.id
+        for c in cases
+        if expected_route(get_revision(c.revision), load_registry(c.registry), c.shape) != c.expected_route
+    ]
 
 
 def case_id(shape: Shape) -> str:
     """A readable id that tells shapes apart: ``gfx950-fp8-h12-q5-dspark3-auto`` plus what is not default."""
     # k follows the method's name; after a name that ends in a digit (eagle3) a "k" keeps them apart.
     joint = "k" if shape.spec_method[-1].isdigit() else ""
-    drafter = "nospec" if shape.spec_method == "none" else f"{shape.spec_method}{joint}{shape.num_spec_tokens}"
-    parts = [shape.arch, shape.kv_cache_dtype, f"h{shape.num_heads}", f"q{shape.max_qo_len}", drafter,
-             shape.asm_padding_mode]
+    drafter = (
+        "nospec" if shape.spec_method == "none" else f"{shape.spec_method}{joint}{shape.num_spec_tokens}"
+    )
+    parts = [
+        shape.arch,
+        shape.kv_cache_dtype,
+        f"h{shape.num_heads}",
+        f"q{shape.max_qo_len}",
+        drafter,
+        shape.asm_padding_mode,
+    ]
     default_q = "fp8" if shape.kv_cache_dtype in FP8_KV_CACHE_DTYPES else "bf16"
     if shape.q_dtype != default_q:
         parts.append(f"q{shape.q_dtype}")
@@ -109,7 +130,9 @@ def case_id(shape: Shape) -> str:
         parts.append("noncausal")
     if shape.kv_cache_bytes != GIB:
         over = shape.kv_cache_bytes - 2 * GIB
-        parts.append("kv2g" if over == 0 else f"kv2g+{over}" if 0 < over < GIB else f"kv{shape.kv_cache_bytes}b")
+        parts.append(
+            "kv2g" if over == 0 else f"kv2g+{over}" if 0 < over < GIB else f"kv{shape.kv_cache_bytes}b"
+        )
     return "-".join(parts)
 
 
@@ -123,13 +146,18 @@ def parse_case_id(text: str) -> Shape:
         method = drafter.rstrip("0123456789")
         if method.endswith("k") and method[:-1] in SPEC_METHODS and method[-2].isdigit():
             method = method[:-1]
-            drafter = method + drafter[len(method) + 1:]
-        data: dict[str, Any] = dict(arch=arch, kv_cache_dtype=kv, num_heads=int(heads[1:]), max_qo_len=int(qlen[1:]),
-                                    asm_padding_mode=mode)
+            drafter = method + drafter[len(method) + 1 :]
+        data: dict[str, Any] = dict(
+            arch=arch,
+            kv_cache_dtype=kv,
+            num_heads=int(heads[1:]),
+            max_qo_len=int(qlen[1:]),
+            asm_padding_mode=mode,
+        )
         if method == "nospec":
             data.update(spec_method="none", num_spec_tokens=0)
         else:
-            data.update(spec_method=method, num_spec_tokens=int(drafter[len(method):]))
+            data.update(spec_method=method, num_spec_tokens=int(drafter[len(method) :]))
         for part in extra:
             if part in ("qbf16", "qfp8"):
                 data["q_dtype"] = part[1:]

@@ -34,8 +34,15 @@ class Decision:
     def gluon_call(self) -> GluonCall:
         """What mla_gluon would be handed on this step."""
         s = self.shape
-        return GluonCall(self.gluon, s.arch, s.q_dtype, kernel_kv_dtype(s), self.route.decode_heads, s.num_reqs,
-                         s.max_qo_len)
+        return GluonCall(
+            self.gluon,
+            s.arch,
+            s.q_dtype,
+            kernel_kv_dtype(s),
+            self.route.decode_heads,
+            s.num_reqs,
+            s.max_qo_len,
+        )
 
     @property
     def asm_call(self) -> AsmCall:
@@ -50,7 +57,12 @@ def decide(revision: Revision, registry: Registry, s: Any) -> Decision:
         route=route,
         asm=asm_lookup(registry, s.arch, route.request, s.num_reqs),
         gluon=gluon_check(
-            registry, s.arch, s.gluon_build, s.q_dtype, kernel_kv_dtype(s), route.decode_heads,
+            registry,
+            s.arch,
+            s.gluon_build,
+            s.q_dtype,
+            kernel_kv_dtype(s),
+            route.decode_heads,
             route.gluon_batch_is_one,
         ),
     )

@@ -6,7 +6,8 @@ arrays of shapes and on the prover's symbolic shape.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from mla_model.logic import all_of, choose, eq, if_then_else, iff, implies, is_in, maximum, ne, not_, product
 from mla_model.shape import DCP_WORLD_SIZES, FP8_KV_CACHE_DTYPES
@@ -102,7 +103,10 @@ def kernel_kv_dtype(s: Any) -> Any:
 def engine_rules(reorder_batch_threshold: Callable[[Any], Any]) -> list[tuple[str, Callable[[Any], Any]]]:
     """The rules the engine enforces before the backend sees a shape, as ``(name, shape -> term)``."""
     return [
-        ("a drafter iff speculative tokens", lambda s: iff(eq(s.spec_method, "none"), s.num_spec_tokens == 0)),
+        (
+            "a drafter iff speculative tokens",
+            lambda s: iff(eq(s.spec_method, "none"), s.num_spec_tokens == 0),
+        ),
         (
             "scheduler: 1 <= max_qo_len <= reorder_batch_threshold",
             lambda s: all_of(s.max_qo_len >= 1, s.max_qo_len <= reorder_batch_threshold(s)),
@@ -112,5 +116,8 @@ def engine_rules(reorder_batch_threshold: Callable[[Any], Any]) -> list[tuple[st
             lambda s: implies(eq(s.q_dtype, "fp8"), is_quantized_kv_cache(s.kv_cache_dtype)),
         ),
         ("a Gluon build runs only on gfx950", lambda s: implies(s.gluon_build, eq(s.arch, "gfx950"))),
-        ("at most 128 MLA query heads after the DCP gather", lambda s: dcp_decode_heads(s) <= MAX_MLA_QUERY_HEADS),
+        (
+            "at most 128 MLA query heads after the DCP gather",
+            lambda s: dcp_decode_heads(s) <= MAX_MLA_QUERY_HEADS,
+        ),
     ]

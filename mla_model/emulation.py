@@ -46,13 +46,13 @@ from mla_model.route import ASM_PATHS, GLUON_PATHS
 
 FAULTS = {
     "fp8-read-as-bf16": "the fp8 cache's bytes are read by a kernel that only reads bf16 (the pre-#51011 "
-                        "fp8-to-Gluon route): every 1152-byte bf16 row spans two fp8 rows, and rows past the "
-                        "cache's end read poisoned memory",
+    "fp8-to-Gluon route): every 1152-byte bf16 row spans two fp8 rows, and rows past the "
+    "cache's end read poisoned memory",
     "repeat-pad-non-divisor": "a non-divisor head count is padded by repeat_interleave(16 // h) and unpadded by "
-                              "the stride slice (vLLM 0.27's get_mla_padded_q/unpadded_o): too few query heads "
-                              "reach the kernel and the wrong heads come back",
+    "the stride slice (vLLM 0.27's get_mla_padded_q/unpadded_o): too few query heads "
+    "reach the kernel and the wrong heads come back",
     "metadata-short-qlen": "the persistent work metadata is sized for qlen - 1 (the pre-#51011 drafter "
-                           "whitelist): the kernel leaves the last query row of every request unwritten",
+    "whitelist): the kernel leaves the last query row of every request unwritten",
 }
 
 # get_cu_num(): compute units of MI300X/MI325X (gfx942) and MI355X (gfx950), per AMD's datasheets.
@@ -121,7 +121,9 @@ def unpad_qlen(o: torch.Tensor, num_reqs: int, qlen: int, kernel_qlen: int) -> t
     """Drop the leading pad rows of every request."""
     if kernel_qlen == qlen:
         return o
-    return o.view(num_reqs, kernel_qlen, *o.shape[1:])[:, kernel_qlen - qlen:].reshape(num_reqs * qlen, *o.shape[1:])
+    return o.view(num_reqs, kernel_qlen, *o.shape[1:])[:, kernel_qlen - qlen :].reshape(
+        num_reqs * qlen, *o.shape[1:]
+    )
 
 
 # --- split counts ---------------------------------------------------------------------------
@@ -132,14 +134,17 @@ def occupancy_num_kv_splits(cu_num: int, bs: int, total_kv: int) -> int:
     fills the CUs, discounted by the per-split overhead."""
     avg_kv = total_kv / bs
     return max(
-        ((bs * i / ((bs * i + cu_num - 1) // cu_num * cu_num) * avg_kv / (avg_kv + _SPLIT_OVERHEAD * i), i)
-         for i in range(1, 17)),
+        (
+            (bs * i / ((bs * i + cu_num - 1) // cu_num * cu_num) * avg_kv / (avg_kv + _SPLIT_OVERHEAD * i), i)
+            for i in range(1, 17)
+        ),
         key=lambda x: x[0],
     )[1]
 
 
-def asm_num_kv_splits(registry: Registry, arch: str, bs: int, total_kv: int, nhead: int, qlen: int,
-                      q_dtype: str) -> int:
+def asm_num_kv_splits(
+    registry: Registry, arch: str, bs: int, total_kv: int, nhead: int, qlen: int, q_dtype: str
+) -> int:
     """get_meta_param (aiter/mla.py v0.1.20 L282-375) for the non-persistent ASM path.
 
     fp8 queries cap the count by ``get_block_n_fp8[nhead * qlen]``; a missing key is AITER's KeyError.
@@ -149,8 +154,10 @@ def asm_num_kv_splits(registry: Registry, arch: str, bs: int, total_kv: int, nhe
         return splits
     block_n = dict(registry.block_n_fp8).get(nhead * qlen)
     if block_n is None:
-        raise NoKernel(f"AITER {registry.aiter_version} get_meta_param: get_block_n_fp8[{nhead * qlen}] "
-                       f"(nhead {nhead} x qlen {qlen}) raises KeyError")
+        raise NoKernel(
+            f"AITER {registry.aiter_version} get_meta_param: get_block_n_fp8[{nhead * qlen}] "
+            f"(nhead {nhead} x qlen {qlen}) raises KeyError"
+        )
     splits = min(splits, (total_kv + bs * block_n - 1) // (bs * block_n))
     if splits > 1:
         splits = min(splits, int(abs(total_kv / bs - qlen) // block_n) + 1)
@@ -175,8 +182,9 @@ def lse_reduce(partial_o: torch.Tensor, partial_lse: torch.Tensor) -> torch.Tens
     return (weight[..., None] * partial_o).sum(dim=0) / weight.sum(dim=0)[..., None]
 
 
-def split_kv_attention(q: torch.Tensor, kv: torch.Tensor, row_lens: torch.Tensor, bounds: torch.Tensor,
-                       sm_scale: float) -> torch.Tensor:
+def split_kv_attention(
+    q: torch.Tensor, kv: torch.Tensor, row_lens: torch.Tensor, bounds: torch.Tensor, sm_scale: float
+) -> torch.Tensor:
     """Attention of ``q [R, Q, H, 576]`` over ``kv [R, S, 576]`` computed split by split and LSE-reduced.
 
     ``bounds [n, 2, R, Q]`` holds each split's KV range per query row; a row also stops at its
@@ -247,8 +255,9 @@ def _dequantised(x: torch.Tensor, scale: float) -> torch.Tensor:
     return x.to(torch.float32) * scale
 
 
-def emulate(decision: Decision, registry: Registry, inputs: DecodeInputs, fault: str | None = None
-            ) -> tuple[torch.Tensor, dict[str, Any]]:
+def emulate(
+    decision: Decision, registry: Registry, inputs: DecodeInputs, fault: str | None = None
+) -> tuple[torch.Tensor, dict[str, Any]]:
     """The routed output ``[R * Q, H, 512]`` (bf16) and what the route did (splits, padding)."""
     route, shape = decision.route, decision.shape
     if fault is not None and not fault_touches(fault, decision):
@@ -268,12 +277,15 @@ def emulate(decision: Decision, registry: Registry, inputs: DecodeInputs, fault:
     if route.path in GLUON_PATHS or route.path == "triton_verify":
         if route.path in GLUON_PATHS:
             splits = gluon_num_kv_splits(R, Q, H)
-            bounds = gluon_split_bounds(rows, splits, _GLUON_BLOCK_N["fp8" if route.request.kv_dtype == "fp8" else "bf16"])
+            bounds = gluon_split_bounds(
+                rows, splits, _GLUON_BLOCK_N["fp8" if route.request.kv_dtype == "fp8" else "bf16"]
+            )
             kv_scale = kv.scale if route.kv_scale_passed else 1.0
         else:
             splits, bounds, kv_scale = 1, even_split_bounds(seq_lens, Q, 1), kv.scale
-        o = split_kv_attention(q.view(R, Q, H, HEAD_DIM), kv.gather(torch.float32, kv_scale), rows, bounds,
-                               inputs.sm_scale)
+        o = split_kv_attention(
+            q.view(R, Q, H, HEAD_DIM), kv.gather(torch.float32, kv_scale), rows, bounds, inputs.sm_scale
+        )
         return o.reshape(R * Q, H, V_HEAD_DIM).to(torch.bfloat16), {"splits": splits, "kv_scale": kv_scale}
 
     m, qk = int(route.request.padded_heads), int(route.request.kernel_qlen)
@@ -291,12 +303,22 @@ def emulate(decision: Decision, registry: Registry, inputs: DecodeInputs, fault:
     qp = pad_qlen(q, R, Q, qk)
     qp = as_kernel_heads(pad_heads(qp, H, m, padding), m)
     krows = row_kv_lens(seq_lens, qk, inputs.causal)
-    written = split_kv_attention(qp.view(R, qk, m, HEAD_DIM), kv.gather(torch.float32), krows,
-                                 even_split_bounds(seq_lens, qk, splits), inputs.sm_scale)
+    written = split_kv_attention(
+        qp.view(R, qk, m, HEAD_DIM),
+        kv.gather(torch.float32),
+        krows,
+        even_split_bounds(seq_lens, qk, splits),
+        inputs.sm_scale,
+    )
     fill = 0.0 if (qk > 1 and not persistent) else float("nan")
     o = torch.full((R, qk, m, V_HEAD_DIM), fill, dtype=torch.bfloat16, device=q.device)
     covered = qk - 1 if fault == "metadata-short-qlen" else qk
     o[:, :covered] = written[:, :covered].to(torch.bfloat16)
     o = unpad_qlen(o.view(R * qk, m, V_HEAD_DIM), R, Q, qk)
-    return unpad_heads(o, H, m, padding), {"splits": splits, "kv_scale": kv.scale, "padded_heads": m,
-                                            "kernel_qlen": qk, "persistent": persistent}
+    return unpad_heads(o, H, m, padding), {
+        "splits": splits,
+        "kv_scale": kv.scale,
+        "padded_heads": m,
+        "kernel_qlen": qk,
+        "persistent": persistent,
+    }

@@ -20,8 +20,9 @@ asserts (sources §41-§42), vLLM 0.30.0's non-causal fp8 qlen-2 raise (sources 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from mla_model.logic import Term, all_of, choose, not_
 from mla_model.registry import AsmLookup, GluonCheck
@@ -57,8 +58,10 @@ class AsmCall:
     def key(self) -> str:
         """AITER's lookup key for the request, as asm_mla.cu prints it."""
         a, r = self.lookup, self.request
-        return (f"q_type:{r.q_dtype} kv_type:{r.kv_dtype} gqa:{int(a.gqa)} ps:{int(bool(a.ps))} "
-                f"qseqlen:{int(a.qseqlen)} causal:{int(bool(a.causal))} on {self.arch}")
+        return (
+            f"q_type:{r.q_dtype} kv_type:{r.kv_dtype} gqa:{int(a.gqa)} ps:{int(bool(a.ps))} "
+            f"qseqlen:{int(a.qseqlen)} causal:{int(bool(a.causal))} on {self.arch}"
+        )
 
 
 @dataclass(frozen=True)
@@ -74,54 +77,131 @@ class Failure:
     message: Callable[[Any], str]  # the exception's text, with the call's values
 
 
-def _gluon(kind: str, label: str, exception: type[BaseException], fails: Callable[[GluonCall], Term],
-           message: Callable[[GluonCall], str]) -> Failure:
+def _gluon(
+    kind: str,
+    label: str,
+    exception: type[BaseException],
+    fails: Callable[[GluonCall], Term],
+    message: Callable[[GluonCall], str],
+) -> Failure:
     return Failure(kind, label, "gluon", exception, True, fails, message)
 
 
-def _asm(kind: str, label: str, exception: type[BaseException], fails: Callable[[AsmCall], Term],
-         message: Callable[[AsmCall], str]) -> Failure:
+def _asm(
+    kind: str,
+    label: str,
+    exception: type[BaseException],
+    fails: Callable[[AsmCall], Term],
+    message: Callable[[AsmCall], str],
+) -> Failure:
     return Failure(kind, label, "asm", exception, True, fails, message)
 
 
 VLLM_RAISES = Failure(
-    "vllm_raises", "vLLM raises before any kernel", "vllm", ValueError, False, lambda d: d.route.vllm_raises,
-    lambda d: "vLLM raises ValueError: no non-causal fp8 qlen-2 kernel for these heads")
+    "vllm_raises",
+    "vLLM raises before any kernel",
+    "vllm",
+    ValueError,
+    False,
+    lambda d: d.route.vllm_raises,
+    lambda d: "vLLM raises ValueError: no non-causal fp8 qlen-2 kernel for these heads",
+)
 
 GLUON_UNBUILT = Failure(  # vLLM's loader raises before mla_gluon exists to assert anything
-    "gluon_unbuilt", "no usable Gluon build", "vllm", RuntimeError, False, lambda c: not_(c.check.built),
-    lambda c: "no usable Gluon build: loading mla_gluon fails on the first call")
+    "gluon_unbuilt",
+    "no usable Gluon build",
+    "vllm",
+    RuntimeError,
+    False,
+    lambda c: not_(c.check.built),
+    lambda c: "no usable Gluon build: loading mla_gluon fails on the first call",
+)
 
 GLUON_ASSERTS: tuple[Failure, ...] = (
-    _gluon("gluon_arch", "Gluon asserts gfx950", AssertionError, lambda c: not_(c.check.arch_ok),
-           lambda c: f"AssertionError: mla_gluon requires gfx950 (CDNA4), running on {c.arch}"),
-    _gluon("gluon_dtype", "Gluon rejects the dtype or heads", AssertionError, lambda c: not_(all_of(c.check.dtype_ok, c.check.heads_ok)),
-           lambda c: (f"AssertionError in mla_gluon: q {c.q_dtype} with KV {c.kv_dtype} not served "
-                      "(bf16 query required)") if not c.check.dtype_ok
-           else f"AssertionError in mla_gluon: nhead {c.heads} above the bound"),
-    _gluon("gluon_batch", "Gluon fp8 asserts batch size 1", AssertionError, lambda c: not_(c.check.batch_ok),
-           lambda c: f"AssertionError in mla_gluon bh16bn128: batch_size == 1 "
-                     f"(fp8 KV, {c.num_reqs} request(s) x qlen {c.qlen})"),
+    _gluon(
+        "gluon_arch",
+        "Gluon asserts gfx950",
+        AssertionError,
+        lambda c: not_(c.check.arch_ok),
+        lambda c: f"AssertionError: mla_gluon requires gfx950 (CDNA4), running on {c.arch}",
+    ),
+    _gluon(
+        "gluon_dtype",
+        "Gluon rejects the dtype or heads",
+        AssertionError,
+        lambda c: not_(all_of(c.check.dtype_ok, c.check.heads_ok)),
+        lambda c: (
+            (
+                f"AssertionError in mla_gluon: q {c.q_dtype} with KV {c.kv_dtype} not served "
+                "(bf16 query required)"
+            )
+            if not c.check.dtype_ok
+            else f"AssertionError in mla_gluon: nhead {c.heads} above the bound"
+        ),
+    ),
+    _gluon(
+        "gluon_batch",
+        "Gluon fp8 asserts batch size 1",
+        AssertionError,
+        lambda c: not_(c.check.batch_ok),
+        lambda c: (
+            f"AssertionError in mla_gluon bh16bn128: batch_size == 1 "
+            f"(fp8 KV, {c.num_reqs} request(s) x qlen {c.qlen})"
+        ),
+    ),
 )
 
 HEAD_PADDING = Failure(
-    "head_padding", "padded heads != kernel heads", "padding", RuntimeError, False,
+    "head_padding",
+    "padded heads != kernel heads",
+    "padding",
+    RuntimeError,
+    False,
     lambda d: d.route.padded_q_heads != d.route.request.padded_heads,
-    lambda d: (f"{d.route.head_padding} pads {d.route.decode_heads} heads to {d.route.padded_q_heads}, "
-               f"the kernel expects {d.route.request.padded_heads}"))
+    lambda d: (
+        f"{d.route.head_padding} pads {d.route.decode_heads} heads to {d.route.padded_q_heads}, "
+        f"the kernel expects {d.route.request.padded_heads}"
+    ),
+)
 
 ASM_FAILURES: tuple[Failure, ...] = (
-    _asm("key_error", "get_block_n_fp8 KeyError", KeyError, lambda c: all_of(c.lookup.block_n_lookup, not_(c.lookup.block_n_key_ok)),
-         lambda c: (f"KeyError: get_block_n_fp8[{c.request.padded_heads}*{c.request.kernel_qlen}="
-                    f"{c.request.padded_heads * c.request.kernel_qlen}]")),
-    _asm("fold_assert", "head-fold assert (nhead not supported)", AssertionError, lambda c: c.lookup.fold_error,
-         lambda c: (f"AssertionError: nhead={c.request.padded_heads} and max_seqlen_q={c.request.kernel_qlen} "
-                    "not supported (persistent head fold)")),
-    _asm("aiter_check", "AITER_CHECK fails in asm_mla.cu", RuntimeError, lambda c: c.lookup.check_error,
-         lambda c: (f"AITER_CHECK failed in asm_mla.cu normalisation for gqa {c.request.padded_heads}, "
-                    f"qlen {c.request.kernel_qlen} ({c.key()})")),
-    _asm("no_kernel", "no ASM kernel (cannot get heuristic kernel)", RuntimeError, lambda c: not_(c.lookup.row_found),
-         lambda c: f"cannot get heuristic kernel! {c.key()}"),
+    _asm(
+        "key_error",
+        "get_block_n_fp8 KeyError",
+        KeyError,
+        lambda c: all_of(c.lookup.block_n_lookup, not_(c.lookup.block_n_key_ok)),
+        lambda c: (
+            f"KeyError: get_block_n_fp8[{c.request.padded_heads}*{c.request.kernel_qlen}="
+            f"{c.request.padded_heads * c.request.kernel_qlen}]"
+        ),
+    ),
+    _asm(
+        "fold_assert",
+        "head-fold assert (nhead not supported)",
+        AssertionError,
+        lambda c: c.lookup.fold_error,
+        lambda c: (
+            f"AssertionError: nhead={c.request.padded_heads} and max_seqlen_q={c.request.kernel_qlen} "
+            "not supported (persistent head fold)"
+        ),
+    ),
+    _asm(
+        "aiter_check",
+        "AITER_CHECK fails in asm_mla.cu",
+        RuntimeError,
+        lambda c: c.lookup.check_error,
+        lambda c: (
+            f"AITER_CHECK failed in asm_mla.cu normalisation for gqa {c.request.padded_heads}, "
+            f"qlen {c.request.kernel_qlen} ({c.key()})"
+        ),
+    ),
+    _asm(
+        "no_kernel",
+        "no ASM kernel (cannot get heuristic kernel)",
+        RuntimeError,
+        lambda c: not_(c.lookup.row_found),
+        lambda c: f"cannot get heuristic kernel! {c.key()}",
+    ),
 )
 
 FAILURES: tuple[Failure, ...] = (VLLM_RAISES, GLUON_UNBUILT, *GLUON_ASSERTS, HEAD_PADDING, *ASM_FAILURES)

@@ -103,7 +103,7 @@ class Operands:
     bias: torch.Tensor  # [R, Q * H, S]: 0 where the row sees the token, -inf elsewhere
     sm_scale: float
 
-    def to(self, dtype: torch.dtype) -> "Operands":
+    def to(self, dtype: torch.dtype) -> Operands:
         return Operands(self.q.to(dtype), self.kv.to(dtype), self.bias.to(dtype), self.sm_scale)
 
 
@@ -114,9 +114,13 @@ def operands(inputs: DecodeInputs) -> Operands:
     if inputs.q_scale != 1.0:
         q = q * inputs.q_scale
     kv = inputs.kv.gather(torch.float32)  # [R, S, 576]
-    hidden = torch.arange(kv.shape[1], device=kv.device)[None, None, :] >= row_kv_lens(
-        inputs.kv.seq_lens, Q, inputs.causal)[:, :, None]  # [R, Q, S]
-    bias = torch.zeros(R, Q, H, kv.shape[1], device=kv.device).masked_fill_(hidden[:, :, None, :], float("-inf"))
+    hidden = (
+        torch.arange(kv.shape[1], device=kv.device)[None, None, :]
+        >= row_kv_lens(inputs.kv.seq_lens, Q, inputs.causal)[:, :, None]
+    )  # [R, Q, S]
+    bias = torch.zeros(R, Q, H, kv.shape[1], device=kv.device).masked_fill_(
+        hidden[:, :, None, :], float("-inf")
+    )
     return Operands(q, kv, bias.view(R, Q * H, -1), inputs.sm_scale)
 
 

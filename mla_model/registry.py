@@ -12,12 +12,24 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from typing import Any
 
 from mla_model.derived import KERNEL_KV_DTYPES
-from mla_model.logic import Term, all_of, any_of, choose, eq, if_then_else, is_in, not_, product, product_in, tuple_in
+from mla_model.logic import (
+    Term,
+    all_of,
+    any_of,
+    choose,
+    eq,
+    if_then_else,
+    is_in,
+    not_,
+    product,
+    product_in,
+    tuple_in,
+)
 from mla_model.route import KernelRequest
 from mla_model.shape import ARCHS, Q_DTYPES
 
@@ -79,7 +91,7 @@ class Registry:
         return tuple(k for k, _ in self.block_n_fp8)
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_registry(registry_id: str) -> Registry:
     """The bundled registry with this id (``aiter-0.1.19`` or ``aiter-0.1.20``)."""
     if registry_id not in REGISTRY_IDS:
@@ -202,10 +214,12 @@ def asm_lookup(reg: Registry, arch: Any, req: KernelRequest, num_reqs: Any) -> A
         all_of(
             fp8,
             g32,
-            not_(any_of(
-                all_of(not_(ps), Q == 1),
-                all_of(ps, any_of(Q <= 2, all_of(gfx950, Q >= reg.gfx950_fp8_gqa32_ps_min_qlen))),
-            )),
+            not_(
+                any_of(
+                    all_of(not_(ps), Q == 1),
+                    all_of(ps, any_of(Q <= 2, all_of(gfx950, Q >= reg.gfx950_fp8_gqa32_ps_min_qlen))),
+                )
+            ),
         ),
         all_of(fp8, g64, not_(ps)),
     )
@@ -219,11 +233,18 @@ def asm_lookup(reg: Registry, arch: Any, req: KernelRequest, num_reqs: Any) -> A
         (all_of(gfx950, fp8, ps, any_of(all_of(g32, Q >= 4), all_of(g64, Q >= 2), g128)), 32, 4),
     ]
     if reg.fp8_ps_fold_16x4:  # aiter #4521
-        overrides.append((
-            all_of(gfx950, fp8, ps, any_of(all_of(g16, is_in(Q, (3, 4))), all_of(g32, is_in(Q, (2, 3))), all_of(g64, Q == 1))),
-            16,
-            4,
-        ))
+        overrides.append(
+            (
+                all_of(
+                    gfx950,
+                    fp8,
+                    ps,
+                    any_of(all_of(g16, is_in(Q, (3, 4))), all_of(g32, is_in(Q, (2, 3))), all_of(g64, Q == 1)),
+                ),
+                16,
+                4,
+            )
+        )
     gqa_key, qs_key = gqa_norm, qs
     for cond, og, oq in reversed(overrides):
         gqa_key = if_then_else(cond, og, gqa_key)
@@ -235,8 +256,11 @@ def asm_lookup(reg: Registry, arch: Any, req: KernelRequest, num_reqs: Any) -> A
     # vLLM never passes an LSE buffer or g_kv_indptr on these paths.
     row_found = tuple_in(
         (arch, q, kv, gqa_key, ps_norm, qs_key, causal_key),
-        [(r.arch, r.q, r.kv, r.gqa, bool(r.ps), r.qseqlen, bool(r.causal))
-         for r in reg.kernels if r.lse == 0 and r.cprr == 0],
+        [
+            (r.arch, r.q, r.kv, r.gqa, bool(r.ps), r.qseqlen, bool(r.causal))
+            for r in reg.kernels
+            if r.lse == 0 and r.cprr == 0
+        ],
     )
     return AsmLookup(
         persistent=ps,
@@ -254,8 +278,11 @@ def asm_lookup(reg: Registry, arch: Any, req: KernelRequest, num_reqs: Any) -> A
 
 def _reachable_rows(reg: Registry) -> list[KernelRow]:
     """Kernel-table rows vLLM can ask for: no LSE buffer, no CPRR, dtypes a request can carry (not byte KV)."""
-    return [r for r in reg.kernels if r.lse == 0 and r.cprr == 0 and r.arch in ARCHS and r.q in Q_DTYPES
-            and r.kv in KERNEL_KV_DTYPES]
+    return [
+        r
+        for r in reg.kernels
+        if r.lse == 0 and r.cprr == 0 and r.arch in ARCHS and r.q in Q_DTYPES and r.kv in KERNEL_KV_DTYPES
+    ]
 
 
 def kernel_names(reg: Registry) -> tuple[str, ...]:
@@ -269,13 +296,22 @@ def resolved_kernel(reg: Registry, arch: Any, req: KernelRequest, lookup: AsmLoo
     Written once, in the logic vocabulary: explain, the cases, the graph, the diff (numpy and z3) and the
     executing harness's AITER stand-in all resolve kernels here."""
     cases = [
-        (all_of(lookup.kernel_ok, eq(arch, r.arch), eq(req.q_dtype, r.q), eq(req.kv_dtype, r.kv),
-                lookup.gqa == r.gqa, lookup.ps == bool(r.ps), lookup.qseqlen == r.qseqlen,
-                lookup.causal == bool(r.causal)), r.name)
+        (
+            all_of(
+                lookup.kernel_ok,
+                eq(arch, r.arch),
+                eq(req.q_dtype, r.q),
+                eq(req.kv_dtype, r.kv),
+                lookup.gqa == r.gqa,
+                lookup.ps == bool(r.ps),
+                lookup.qseqlen == r.qseqlen,
+                lookup.causal == bool(r.causal),
+            ),
+            r.name,
+        )
         for r in _reachable_rows(reg)
     ]
     return choose(kernel_names(reg), cases, NO_KERNEL)
-
 
 
 # --- the Gluon path ---------------------------------------------------------------------
@@ -297,7 +333,9 @@ class GluonCheck:
         return all_of(self.built, self.arch_ok, self.heads_ok, self.dtype_ok, self.batch_ok)
 
 
-def gluon_check(reg: Registry, arch: Any, gluon_build: Any, q: Any, kv: Any, heads: Any, batch_is_one: Any) -> GluonCheck:
+def gluon_check(
+    reg: Registry, arch: Any, gluon_build: Any, q: Any, kv: Any, heads: Any, batch_is_one: Any
+) -> GluonCheck:
     fp8_kv = eq(kv, "fp8")
     dtype_ok = all_of(eq(q, "bf16"), is_in(kv, ("bf16", "fp8")))
     batch_ok = any_of(not_(fp8_kv), bool(reg.gluon_fp8_batched), batch_is_one)

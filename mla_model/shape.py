@@ -9,8 +9,9 @@ CLI all read the same table.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Mapping
+from typing import Any
 
 ARCHS = ("gfx942", "gfx950")
 KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")
@@ -72,8 +73,10 @@ class Shape:
 
     def __post_init__(self) -> None:
         for spec in FIELDS:
-            if spec.kind == "enum" and getattr(self, spec.name) not in spec.values and not (
-                spec.name == "q_dtype" and self.q_dtype is None
+            if (
+                spec.kind == "enum"
+                and getattr(self, spec.name) not in spec.values
+                and not (spec.name == "q_dtype" and self.q_dtype is None)
             ):
                 raise ValueError(
                     f"{spec.name}={getattr(self, spec.name)!r} is not one of {', '.join(spec.values)}"
@@ -93,40 +96,57 @@ class Shape:
                 if value < spec.minimum:
                     raise ValueError(f"{spec.name}={value} is below {spec.minimum}")
                 if spec.values and value not in spec.values:
-                    raise ValueError(
-                        f"{spec.name}={value} is not one of {', '.join(map(str, spec.values))}"
-                    )
+                    raise ValueError(f"{spec.name}={value} is not one of {', '.join(map(str, spec.values))}")
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Shape":
+    def from_json(cls, data: Mapping[str, Any]) -> Shape:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"unknown Shape field(s): {', '.join(unknown)}")
         return cls(**data)
 
-    def replace(self, **changes: Any) -> "Shape":
+    def replace(self, **changes: Any) -> Shape:
         data = self.to_json()
         data.update(changes)
         return Shape(**data)
 
 
 FIELDS: tuple[FieldSpec, ...] = (
-    FieldSpec("arch", "enum", ARCHS, box=ARCHS, doc="GPU architecture: gfx942 (MI300/MI325) or gfx950 (MI350/MI355)"),
+    FieldSpec(
+        "arch", "enum", ARCHS, box=ARCHS, doc="GPU architecture: gfx942 (MI300/MI325) or gfx950 (MI350/MI355)"
+    ),
     FieldSpec("kv_cache_dtype", "enum", KV_CACHE_DTYPES, box=KV_CACHE_DTYPES, doc="--kv-cache-dtype"),
     FieldSpec("q_dtype", "enum", Q_DTYPES, box=Q_DTYPES, doc="decode query dtype reaching the kernel"),
     FieldSpec("num_heads", "int", minimum=1, box=tuple(range(1, 257)), doc="MLA query heads per TP rank"),
-    FieldSpec("dcp_world_size", "int", DCP_WORLD_SIZES, minimum=1, box=DCP_WORLD_SIZES, doc="decode context-parallel size"),
-    FieldSpec("max_qo_len", "int", minimum=1, box=tuple(range(1, 33)), doc="longest decode query of the step"),
+    FieldSpec(
+        "dcp_world_size",
+        "int",
+        DCP_WORLD_SIZES,
+        minimum=1,
+        box=DCP_WORLD_SIZES,
+        doc="decode context-parallel size",
+    ),
+    FieldSpec(
+        "max_qo_len", "int", minimum=1, box=tuple(range(1, 33)), doc="longest decode query of the step"
+    ),
     FieldSpec("num_reqs", "int", minimum=1, box=(1, 2, 32), doc="decode requests in the step"),
     FieldSpec("spec_method", "enum", SPEC_METHODS, box=SPEC_METHODS, doc="speculative decoding drafter"),
     FieldSpec("num_spec_tokens", "int", minimum=0, box=tuple(range(0, 16)), doc="num_speculative_tokens (k)"),
-    FieldSpec("asm_padding_mode", "enum", ASM_PADDING_MODES, box=ASM_PADDING_MODES, doc="VLLM_ROCM_AITER_MLA_ASM_PADDING"),
+    FieldSpec(
+        "asm_padding_mode",
+        "enum",
+        ASM_PADDING_MODES,
+        box=ASM_PADDING_MODES,
+        doc="VLLM_ROCM_AITER_MLA_ASM_PADDING",
+    ),
     FieldSpec("gluon_build", "bool", box=(False, True), doc="a Gluon MLA build that runs on this machine"),
-    FieldSpec("causal", "bool", box=(False, True), doc="causal decode block (False: non-causal DSpark draft block)"),
+    FieldSpec(
+        "causal", "bool", box=(False, True), doc="causal decode block (False: non-causal DSpark draft block)"
+    ),
     FieldSpec("kv_cache_bytes", "int", minimum=1, box=(2 * GIB, 2 * GIB + 1), doc="KV cache bytes per layer"),
 )
 

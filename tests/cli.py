@@ -18,11 +18,11 @@ from conformance.cli import main
 
 def run(*args: str, cwd: str | Path | None = None) -> subprocess.CompletedProcess:
     with contextlib.chdir(cwd) if cwd is not None else contextlib.nullcontext():
-        result = CliRunner().invoke(main, [str(a) for a in args], prog_name="mla-spec", env={"COLUMNS": "200"})
+        result = CliRunner().invoke(
+            main, [str(a) for a in args], prog_name="mla-spec", env={"COLUMNS": "200"}
+        )
     if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise AssertionError(f"mla-spec {' '.join(map(str, args))} raised {result.exception!r}") \
-            from result.exception
+        raise AssertionError(
+            f"mla-spec {' '.join(map(str, args))} raised {result.exception!r}"
+        ) from result.exception
     return subprocess.CompletedProcess(["mla-spec", *args], result.exit_code, result.stdout, result.stderr)
-
-
-

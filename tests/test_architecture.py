@@ -14,14 +14,21 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-LAYERS = {"mla_model": {"mla_model"}, "spec": {"mla_model", "spec"},
-          "conformance": {"mla_model", "spec", "conformance"}}
+LAYERS = {
+    "mla_model": {"mla_model"},
+    "spec": {"mla_model", "spec"},
+    "conformance": {"mla_model", "spec", "conformance"},
+}
 OURS = ("mla_model", "spec", "conformance", "tests")
 STUBS = "spec/realcode/executed/stubs"  # stand-ins for vLLM/AITER modules, imported as those packages
 
 
 def _modules(package: str) -> list[Path]:
-    return [p for p in (REPO / package).glob("**/*.py") if STUBS not in p.as_posix() and "generated" not in p.parts]
+    return [
+        p
+        for p in (REPO / package).glob("**/*.py")
+        if STUBS not in p.as_posix() and "generated" not in p.parts
+    ]
 
 
 def _imports(path: Path) -> list[tuple[str, list[str], int]]:
@@ -37,17 +44,25 @@ def _imports(path: Path) -> list[tuple[str, list[str], int]]:
 
 @pytest.mark.parametrize("package", list(LAYERS))
 def test_each_layer_imports_only_itself_and_below(package):
-    wrong = [f"{p.relative_to(REPO)}:{line} imports {module}"
-             for p in _modules(package) for module, _, line in _imports(p)
-             if module.split(".")[0] in LAYERS and module.split(".")[0] not in LAYERS[package]]
+    wrong = [
+        f"{p.relative_to(REPO)}:{line} imports {module}"
+        for p in _modules(package)
+        for module, _, line in _imports(p)
+        if module.split(".")[0] in LAYERS and module.split(".")[0] not in LAYERS[package]
+    ]
     assert not wrong
 
 
 @pytest.mark.parametrize("package", OURS)
 def test_no_module_imports_another_modules_private_name(package):
-    wrong = [f"{p.relative_to(REPO)}:{line} imports {name} from {module}"
-             for p in _modules(package) for module, names, line in _imports(p)
-             if module.split(".")[0] in OURS for name in names if name.startswith("_") and name != "__version__"]
+    wrong = [
+        f"{p.relative_to(REPO)}:{line} imports {name} from {module}"
+        for p in _modules(package)
+        for module, names, line in _imports(p)
+        if module.split(".")[0] in OURS
+        for name in names
+        if name.startswith("_") and name != "__version__"
+    ]
     assert not wrong
 
 

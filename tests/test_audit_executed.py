@@ -13,8 +13,21 @@ pytestmark = pytest.mark.network
 
 
 def test_audit_reports_the_executed_differential_per_release():
-    out = CliRunner().invoke(main, ["audit", "--vllm", "0.28.0", "0.32.0", "--invariant", "metadata-covers-qlen",
-                                    "--executed", "300", "--format", "json"])
+    out = CliRunner().invoke(
+        main,
+        [
+            "audit",
+            "--vllm",
+            "0.28.0",
+            "0.32.0",
+            "--invariant",
+            "metadata-covers-qlen",
+            "--executed",
+            "300",
+            "--format",
+            "json",
+        ],
+    )
     assert out.exit_code == 0, out.output
     executed = json.loads(out.output)["executed"]
     assert set(executed) == {"vllm==0.28.0", "vllm==0.32.0"}

@@ -28,21 +28,33 @@ def test_committed_generated_suite_is_what_mla_spec_writes_today(revision, tmp_p
         committed = GENERATED / slug(revision) / name
         assert committed.exists(), f"{committed} is missing: run mla-spec cases --out tests/generated"
         assert (tmp_path / name).read_bytes() == committed.read_bytes(), (
-            f"{committed} is stale: run mla-spec cases --out tests/generated")
+            f"{committed} is stale: run mla-spec cases --out tests/generated"
+        )
 
 
 def test_cases_carry_the_pr_51011_shapes_and_the_threshold_boundaries():
     old = {c.id: c for c in read_cases(GENERATED / "vllm_027" / "cases.jsonl")}
-    fp8_gluon = [c for c in old.values() if c.shape.kv_cache_dtype == "fp8" and c.expected_route["path"] == "gluon_decode"]
-    assert any(c.shape.arch == "gfx950" and c.shape.num_heads == 1 and c.shape.max_qo_len == 1 for c in fp8_gluon)
-    assert any(c.shape.spec_method in ("eagle", "dflash", "dspark") and c.expected_route["mtp_decode_qlen"] < c.shape.max_qo_len
-               for c in old.values())  # metadata sized below the step's qlen
+    fp8_gluon = [
+        c
+        for c in old.values()
+        if c.shape.kv_cache_dtype == "fp8" and c.expected_route["path"] == "gluon_decode"
+    ]
+    assert any(
+        c.shape.arch == "gfx950" and c.shape.num_heads == 1 and c.shape.max_qo_len == 1 for c in fp8_gluon
+    )
+    assert any(
+        c.shape.spec_method in ("eagle", "dflash", "dspark")
+        and c.expected_route["mtp_decode_qlen"] < c.shape.max_qo_len
+        for c in old.values()
+    )  # metadata sized below the step's qlen
     new = read_cases(GENERATED / "vllm_028" / "cases.jsonl")
     heads, qlens = {c.shape.num_heads for c in new}, {c.shape.max_qo_len for c in new}
     assert {15, 16} <= heads and {1, 2, 4, 5} <= qlens
     assert {c.shape.num_reqs for c in new} >= {1, 2, 32}
     assert {c.shape.kv_cache_bytes for c in new} >= {2 << 30, (2 << 30) + 1}
-    assert not any(c.shape.kv_cache_dtype.startswith("fp8") and c.expected_route["path"].startswith("gluon") for c in new)
+    assert not any(
+        c.shape.kv_cache_dtype.startswith("fp8") and c.expected_route["path"].startswith("gluon") for c in new
+    )
 
 
 def test_every_mcdc_pair_is_a_single_condition_flip_that_changes_the_decision():
@@ -77,8 +89,20 @@ def test_case_ids_tell_valid_shapes_apart(a, b):
 
 def test_cli_refuses_a_vllm_module_for_two_revisions_and_a_file_as_suite_folder(tmp_path):
     runner = CliRunner()
-    two = runner.invoke(main, ["cases", "--style", "vllm", "--revision", "vllm-0.27", "--revision", "vllm-0.28",
-                               "--out", str(tmp_path / "t.py")])
+    two = runner.invoke(
+        main,
+        [
+            "cases",
+            "--style",
+            "vllm",
+            "--revision",
+            "vllm-0.27",
+            "--revision",
+            "vllm-0.28",
+            "--out",
+            str(tmp_path / "t.py"),
+        ],
+    )
     assert two.exit_code == 2 and "one --revision" in two.output
     (tmp_path / "f").write_text("")
     clash = runner.invoke(main, ["cases", "--revision", "vllm-0.28", "--out", str(tmp_path / "f")])
@@ -86,14 +110,21 @@ def test_cli_refuses_a_vllm_module_for_two_revisions_and_a_file_as_suite_folder(
 
 
 def _run_vllm_style(module: Path, release: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "conformance.vllm_shim", "--vllm", release, str(module), "-q", "-rf"],
-                          capture_output=True, text=True, cwd=module.parent, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "conformance.vllm_shim", "--vllm", release, str(module), "-q", "-rf"],
+        capture_output=True,
+        text=True,
+        cwd=module.parent,
+        timeout=300,
+    )
 
 
 @pytest.mark.network
 def test_vllm_style_module_passes_on_its_release_and_fails_on_0_27_1_for_fp8_and_sizing(tmp_path):
     module = tmp_path / "test_rocm_aiter_mla_mlaspec_routing.py"
-    result = CliRunner().invoke(main, ["cases", "--style", "vllm", "--revision", "vllm-0.28", "--out", str(module)])
+    result = CliRunner().invoke(
+        main, ["cases", "--style", "vllm", "--revision", "vllm-0.28", "--out", str(module)]
+    )
     assert result.exit_code == 0, result.output
     text = module.read_text()
     assert "from vllm.v1.attention.backends.mla.rocm_aiter_mla import" in text and "monkeypatch" in text
@@ -104,7 +135,9 @@ def test_vllm_style_module_passes_on_its_release_and_fails_on_0_27_1_for_fp8_and
 
     on_0271 = _run_vllm_style(module, "0.27.1")
     assert on_0271.returncode == 1
-    failed = {line.split("::")[1].split("[")[0] for line in on_0271.stdout.splitlines() if line.startswith("FAILED")}
+    failed = {
+        line.split("::")[1].split("[")[0] for line in on_0271.stdout.splitlines() if line.startswith("FAILED")
+    }
     assert {"test_fp8_never_routes_to_gluon", "test_metadata_sized_for_every_decode_qlen"} <= failed
 
 

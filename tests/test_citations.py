@@ -11,8 +11,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCES = REPO / "docs" / "sources.md"
-CODE = [p for folder in ("mla_model", "spec", "conformance", "tests", "benchmarks") for ext in ("py", "toml")
-        for p in (REPO / folder).glob(f"**/*.{ext}") if "generated" not in p.parts]
+CODE = [
+    p
+    for folder in ("mla_model", "spec", "conformance", "tests", "benchmarks")
+    for ext in ("py", "toml")
+    for p in (REPO / folder).glob(f"**/*.{ext}")
+    if "generated" not in p.parts
+]
 CITATION = re.compile(r"sources (§\d+(?:\s*[-–]\s*§\d+)?(?:,\s*§\d+(?:\s*[-–]\s*§\d+)?)*)")
 
 
@@ -37,7 +42,9 @@ def test_sources_is_numbered_without_gaps():
 
 def test_every_citation_points_at_an_entry():
     entries = _entries()
-    dangling = [(p.relative_to(REPO).as_posix(), n) for p in CODE for n in _cited(p.read_text()) if n not in entries]
+    dangling = [
+        (p.relative_to(REPO).as_posix(), n) for p in CODE for n in _cited(p.read_text()) if n not in entries
+    ]
     assert not dangling
 
 

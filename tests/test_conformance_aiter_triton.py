@@ -26,12 +26,28 @@ def _cases(revision_dir: str, n: int | None = None):
     return cases[:n] if n else cases
 
 
-def _stand_in(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, k_pe_tokens, kv_lora_rank, rotary_dim,
-              cos_sin_cache, positions, attn_logits, num_kv_splits, sm_scale, config=None, **_):
+def _stand_in(
+    q,
+    k_buffer,
+    v_buffer,
+    o,
+    kv_indptr,
+    kv_indices,
+    k_pe_tokens,
+    kv_lora_rank,
+    rotary_dim,
+    cos_sin_cache,
+    positions,
+    attn_logits,
+    num_kv_splits,
+    sm_scale,
+    config=None,
+    **_,
+):
     """decode_attention_fwd_grouped_rope's contract in torch: row b attends kv_indices[indptr[b]:indptr[b+1]]."""
     kv = k_buffer.view(-1, k_buffer.shape[-1]).float()
     for b in range(q.shape[0]):
-        rows = kv[kv_indices[kv_indptr[b]:kv_indptr[b + 1]].long()]
+        rows = kv[kv_indices[kv_indptr[b] : kv_indptr[b + 1]].long()]
         if len(rows):
             p = torch.softmax(q[b].float() @ rows.T * sm_scale, dim=-1)
             o[b] = (p @ rows[:, :kv_lora_rank]).to(o.dtype)
@@ -53,7 +69,9 @@ def test_data_path_around_the_kernel_matches_the_reference(monkeypatch, revision
     monkeypatch.setattr(backend, "unavailable", lambda device: None)
     cases = [c for c in _cases(revision_dir) if c.shape.num_reqs * c.shape.max_qo_len <= 16][:40]
     records = [run_case(c, backend, "cpu", 24) for c in cases]
-    assert all(r["status"] == "PASS" for r in records), [(r["id"], r["detail"]) for r in records if r["status"] != "PASS"]
+    assert all(r["status"] == "PASS" for r in records), [
+        (r["id"], r["detail"]) for r in records if r["status"] != "PASS"
+    ]
     padded = [r["info"]["padding"] for r in records if "padding" in r["info"]]
     assert padded and all(p.startswith(("vLLM ", "model (")) for p in padded)
     assert any(r["qlen"] > 1 for r in records) and any(r["kv_dtype"] == "fp8" for r in records)

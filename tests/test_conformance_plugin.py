@@ -23,21 +23,43 @@ def _small(path: Path, n: int, out: Path, want_mismatch: bool = False) -> Path:
     cases = [c for c in read_cases(path) if c.shape.num_reqs == 1]
     chosen = cases[:n]
     if want_mismatch:
-        chosen.append(next(c for c in cases if c.expected_route["path"].startswith("gluon") and c.shape.arch == "gfx950"
-                           and c.expected_route["kv_dtype"] == "fp8" and c.expected_route["q_dtype"] == "bf16"))
+        chosen.append(
+            next(
+                c
+                for c in cases
+                if c.expected_route["path"].startswith("gluon")
+                and c.shape.arch == "gfx950"
+                and c.expected_route["kv_dtype"] == "fp8"
+                and c.expected_route["q_dtype"] == "bf16"
+            )
+        )
     write_cases(chosen, out)
     return out
 
 
 def _pytest(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
-                          cwd=cwd, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_plugin_replays_streams_and_resumes(tmp_path):
     cases = _small(PRE_FIX, 5, tmp_path / "cases.jsonl", want_mismatch=True)
     results = tmp_path / "results.jsonl"
-    args = ("--mla-backend", "model", "--mla-cases", str(cases), "--mla-results", str(results), "--mla-kv-len", "16")
+    args = (
+        "--mla-backend",
+        "model",
+        "--mla-cases",
+        str(cases),
+        "--mla-results",
+        str(results),
+        "--mla-kv-len",
+        "16",
+    )
     first = _pytest(*args, cwd=tmp_path)
     assert first.returncode == 1, first.stdout  # the fp8-on-Gluon case fails
     assert "MISMATCH" in first.stdout and "mla-spec model:" in first.stdout
@@ -60,20 +82,41 @@ def test_plugin_rejects_bad_input_in_one_line(tmp_path):
 def test_conform_prints_a_summary_and_exits_by_verdict(tmp_path):
     cases = _small(FIXED, 4, tmp_path / "cases.jsonl")
     out = tmp_path / "results.jsonl"
-    result = CliRunner().invoke(conform_command, ["--backend", "model", "--cases", str(cases), "--out", str(out),
-                                                  "--device", "cpu", "--kv-len", "16", "--format", "json"])
+    result = CliRunner().invoke(
+        conform_command,
+        [
+            "--backend",
+            "model",
+            "--cases",
+            str(cases),
+            "--out",
+            str(out),
+            "--device",
+            "cpu",
+            "--kv-len",
+            "16",
+            "--format",
+            "json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert summary["cases"] == 4 and set(summary["statuses"]) <= {"PASS", "NO_KERNEL"}
     assert summary["results"] == str(out) and len(out.read_text().splitlines()) == 4
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--backend", "nope", "--cases", "cases.jsonl"], "unknown backend 'nope'"),
-    (["--backend", "model", "--cases", "missing.jsonl"], "no such file"),
-    (["--backend", "model", "--cases", "broken.jsonl"], "broken.jsonl:1"),
-    (["--backend", "aiter-triton", "--cases", "cases.jsonl", "--fault", "metadata-short-qlen"], "model backend"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--backend", "nope", "--cases", "cases.jsonl"], "unknown backend 'nope'"),
+        (["--backend", "model", "--cases", "missing.jsonl"], "no such file"),
+        (["--backend", "model", "--cases", "broken.jsonl"], "broken.jsonl:1"),
+        (
+            ["--backend", "aiter-triton", "--cases", "cases.jsonl", "--fault", "metadata-short-qlen"],
+            "model backend",
+        ),
+    ],
+)
 def test_conform_bad_input_is_one_line_and_exit_2(tmp_path, monkeypatch, args, message):
     monkeypatch.chdir(tmp_path)
     _small(FIXED, 1, tmp_path / "cases.jsonl")
@@ -94,6 +137,8 @@ def test_replay_needs_neither_z3_nor_torch_to_start():
         f"case = read_cases({str(FIXED)!r})[0]\n"
         "print(run_case(case, load_backend('model'), 'cpu', 8)['status'])\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() in ("PASS", "NO_KERNEL")

@@ -49,11 +49,21 @@ def _gluon_step(kv_scale_passed: float, true_scale: float = 0.5, heads: int = 4,
     q_true = torch.randn(1, heads, HEAD_DIM, generator=g).to(torch.bfloat16).float()
     q = q_true.to(torch.bfloat16)
     o = torch.full((1, heads, 512), float("nan"), dtype=torch.bfloat16)
-    call = {"entry": "mla_gluon", "q_dtype": "bf16", "kv_dtype": "fp8", "kv_scale": kv_scale_passed,
-            "sm_scale": DEFAULT_SM_SCALE,
-            "tensors": {"q_nope": q[..., :512], "q_pe": q[..., 512:], "o": o, "kv": stored.view(tokens, 1, HEAD_DIM),
-                        "kv_indptr": torch.tensor([0, tokens], dtype=torch.int32),
-                        "kv_indices": torch.randperm(tokens, generator=g).to(torch.int32)}}
+    call = {
+        "entry": "mla_gluon",
+        "q_dtype": "bf16",
+        "kv_dtype": "fp8",
+        "kv_scale": kv_scale_passed,
+        "sm_scale": DEFAULT_SM_SCALE,
+        "tensors": {
+            "q_nope": q[..., :512],
+            "q_pe": q[..., 512:],
+            "o": o,
+            "kv": stored.view(tokens, 1, HEAD_DIM),
+            "kv_indptr": torch.tensor([0, tokens], dtype=torch.int32),
+            "kv_indices": torch.randperm(tokens, generator=g).to(torch.int32),
+        },
+    }
     batch = type("Batch", (), {})()
     block_table = call["tensors"]["kv_indices"].view(1, -1)
     batch.q_true, batch.kv_true, batch.kv_lens, batch.block_table = q_true, kv_true, [tokens], block_table
@@ -85,21 +95,36 @@ def test_an_index_past_the_cache_reads_poison_not_a_clamped_row(stub_state):
 
 
 def _row(outcome: str, **extra):
-    return {"shape": {"num_heads": 16, "max_qo_len": 1}, "stage": "forward", "outcome": outcome, "calls": [],
-            "error": "boom", **extra}
+    return {
+        "shape": {"num_heads": 16, "max_qo_len": 1},
+        "stage": "forward",
+        "outcome": outcome,
+        "calls": [],
+        "error": "boom",
+        **extra,
+    }
 
 
-@pytest.mark.parametrize("row, status", [
-    (_row("aiter:no_kernel"), "NO_KERNEL"),
-    (_row("aiter:gluon_dtype"), "NO_KERNEL"),
-    (_row("aiter:something_new"), "CRASH"),
-    (_row("vllm_raises"), "CRASH"),
-    ({"_skip": "harness fault"}, "SKIP"),
-    ({**_row("ran"), "stage": "done", "verdict": {"status": "NAN", "detail": "x"}}, "NAN"),
-    ({**_row("ran"), "stage": "done", "calls": [{"entry": "x", "replay": {"no_stand_in": "no stand-in for x"}}]},
-     "SKIP"),
-    ({**_row("ran"), "stage": "refused", "valid_heads": True, "threshold": 1}, "SKIP"),
-])
+@pytest.mark.parametrize(
+    "row, status",
+    [
+        (_row("aiter:no_kernel"), "NO_KERNEL"),
+        (_row("aiter:gluon_dtype"), "NO_KERNEL"),
+        (_row("aiter:something_new"), "CRASH"),
+        (_row("vllm_raises"), "CRASH"),
+        ({"_skip": "harness fault"}, "SKIP"),
+        ({**_row("ran"), "stage": "done", "verdict": {"status": "NAN", "detail": "x"}}, "NAN"),
+        (
+            {
+                **_row("ran"),
+                "stage": "done",
+                "calls": [{"entry": "x", "replay": {"no_stand_in": "no stand-in for x"}}],
+            },
+            "SKIP",
+        ),
+        ({**_row("ran"), "stage": "refused", "valid_heads": True, "threshold": 1}, "SKIP"),
+    ],
+)
 def test_a_harness_row_maps_to_a_verdict(row, status):
     assert vllm_backend.judge(row)["status"] == status
 
@@ -110,7 +135,9 @@ def test_vllm_is_a_backend_and_its_switch_is_its_own(tmp_path):
     assert BACKENDS["vllm"] == "conformance.backends.vllm"
     cases = tmp_path / "cases.jsonl"
     write_cases(read_cases(FIXED)[:1], cases)
-    result = CliRunner().invoke(conform_command, ["--backend", "model", "--cases", str(cases), "--vllm", "0.28.0"])
+    result = CliRunner().invoke(
+        conform_command, ["--backend", "model", "--cases", str(cases), "--vllm", "0.28.0"]
+    )
     assert result.exit_code == 2 and "--vllm" in result.output
 
 
@@ -160,10 +187,28 @@ def test_conform_streams_vllm_results(tmp_path):
     cases = tmp_path / "cases.jsonl"
     write_cases([c for c in read_cases(FIXED) if c.shape.num_reqs == 1][:6], cases)
     out = tmp_path / "results.jsonl"
-    result = CliRunner().invoke(conform_command, ["--backend", "vllm", "--vllm", "0.28.0", "--cases", str(cases),
-                                                  "--out", str(out), "--device", "cpu", "--kv-len", "16",
-                                                  "--format", "json"])
+    result = CliRunner().invoke(
+        conform_command,
+        [
+            "--backend",
+            "vllm",
+            "--vllm",
+            "0.28.0",
+            "--cases",
+            str(cases),
+            "--out",
+            str(out),
+            "--device",
+            "cpu",
+            "--kv-len",
+            "16",
+            "--format",
+            "json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     records = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(records) == 6 and all(r["backend"] == "vllm" and r["release"] == "vllm==0.28.0" for r in records)
+    assert len(records) == 6 and all(
+        r["backend"] == "vllm" and r["release"] == "vllm==0.28.0" for r in records
+    )
     assert sys.modules.get("vllm") is None or "stubs" not in str(getattr(sys.modules["vllm"], "__file__", ""))

@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from conformance.cli.errors import OneLineErrors
 from conformance.cli.diff import diff_command
+from conformance.cli.errors import OneLineErrors
 from mla_model.decision import decide
 from mla_model.derived import KERNEL_KV_DTYPES
 from mla_model.logic import EnumTerm
@@ -79,11 +79,22 @@ def _keys(revision, reg, view, n: int, arch: str, kernels: dict) -> tuple[np.nda
     path = np.where(np.broadcast_to(np.asarray(r.vllm_raises, dtype=bool), (n,)), len(PATHS), path)
     T = np.broadcast_to(r.mtp_decode_qlen, (n,))
     rbt = np.broadcast_to(revision.reorder_batch_threshold(view), (n,))
-    sizing = np.where(path == PATHS.index("asm_persistent"), np.where(T < rbt, 1, np.where(T == rbt, 2, 3)), 0)
+    sizing = np.where(
+        path == PATHS.index("asm_persistent"), np.where(T < rbt, 1, np.where(T == rbt, 2, 3)), 0
+    )
     req = r.request
-    parts = [(req.q_dtype.term if isinstance(req.q_dtype, EnumTerm) else Q_DTYPES.index(req.q_dtype), 2),
-             (req.kv_dtype.term if isinstance(req.kv_dtype, EnumTerm) else KERNEL_KV_DTYPES.index(req.kv_dtype), 3),
-             (req.padded_heads, 512), (req.kernel_qlen, 64), (req.persistent, 2), (req.causal, 2), (view.num_reqs, 64)]
+    parts = [
+        (req.q_dtype.term if isinstance(req.q_dtype, EnumTerm) else Q_DTYPES.index(req.q_dtype), 2),
+        (
+            req.kv_dtype.term if isinstance(req.kv_dtype, EnumTerm) else KERNEL_KV_DTYPES.index(req.kv_dtype),
+            3,
+        ),
+        (req.padded_heads, 512),
+        (req.kernel_qlen, 64),
+        (req.persistent, 2),
+        (req.causal, 2),
+        (view.num_reqs, 64),
+    ]
     packed = np.zeros(n, dtype=np.int64)
     for value, radix in parts:
         packed = packed * radix + np.broadcast_to(np.asarray(value), (n,)).astype(np.int64)
@@ -94,16 +105,25 @@ def _keys(revision, reg, view, n: int, arch: str, kernels: dict) -> tuple[np.nda
         digits.append(digit)
     q, kv, m, qlen, ps, causal, reqs = reversed(digits)
     # AITER's lookup in numpy over the distinct requests, then resolved_kernel in plain Python per distinct key.
-    request = KernelRequest(EnumTerm(Q_DTYPES, q), EnumTerm(KERNEL_KV_DTYPES, kv), m, qlen, ps.astype(bool),
-                            causal.astype(bool))
+    request = KernelRequest(
+        EnumTerm(Q_DTYPES, q), EnumTerm(KERNEL_KV_DTYPES, kv), m, qlen, ps.astype(bool), causal.astype(bool)
+    )
     a = asm_lookup(reg, arch, request, reqs)
     ids = []
-    for key in zip(q.tolist(), kv.tolist(), *[np.broadcast_to(np.asarray(x), q.shape).tolist()
-                                              for x in (a.gqa, a.ps, a.qseqlen, a.causal, a.kernel_ok)]):
+    for key in zip(
+        q.tolist(),
+        kv.tolist(),
+        *[
+            np.broadcast_to(np.asarray(x), q.shape).tolist()
+            for x in (a.gqa, a.ps, a.qseqlen, a.causal, a.kernel_ok)
+        ],
+    ):
         if (arch, key) not in kernels:
             qi, kvi, gqa, aps, qs, acausal, ok = key
             lookup = SimpleNamespace(kernel_ok=ok, gqa=gqa, ps=aps, qseqlen=qs, causal=acausal)
-            name = resolved_kernel(reg, arch, KernelRequest(Q_DTYPES[qi], KERNEL_KV_DTYPES[kvi], 0, 0, aps, acausal), lookup)
+            name = resolved_kernel(
+                reg, arch, KernelRequest(Q_DTYPES[qi], KERNEL_KV_DTYPES[kvi], 0, 0, aps, acausal), lookup
+            )
             name = None if name == NO_KERNEL else name  # the key test_diff counts as no kernel
             kernels[(arch, key)] = kernels["names"].setdefault(name, len(kernels["names"]))
         ids.append(kernels[(arch, key)])
@@ -118,7 +138,9 @@ def _member(region, name: str, values) -> np.ndarray | bool:
         return True
     spec, allowed = FIELD_BY_NAME[name], region.where[name]
     if spec.kind == "int":
-        return np.logical_or.reduce([(np.asarray(values) >= lo) & (np.asarray(values) <= hi) for lo, hi in allowed])
+        return np.logical_or.reduce(
+            [(np.asarray(values) >= lo) & (np.asarray(values) <= hi) for lo, hi in allowed]
+        )
     codes = [spec.values.index(v) for v in allowed] if spec.kind == "enum" else list(allowed)
     return np.isin(values, codes)
 
@@ -152,9 +174,13 @@ def brute_force(old, new, reg, regions):
         cols = {k: np.repeat(v, len(values)) for k, v in cols.items()}
         cols[name] = np.tile(values, n)
         n *= len(values)
-        keep = _rules_hold(rules, SimpleNamespace(**defaults, **{k: _value(k, v) for k, v in cols.items()}), n)
+        keep = _rules_hold(
+            rules, SimpleNamespace(**defaults, **{k: _value(k, v) for k, v in cols.items()}), n
+        )
         cols, n = {k: v[keep] for k, v in cols.items()}, int(keep.sum())
-    scalar_rules = [rule for rule in rules if _rule_reads(rule) & set(_SCALARS)]  # the others held when laid out
+    scalar_rules = [
+        rule for rule in rules if _rule_reads(rule) & set(_SCALARS)
+    ]  # the others held when laid out
     totals: dict[tuple, int] = {}
     per_region: list[dict[tuple, int]] = [{} for _ in regions]
     kernels: dict = {"names": {}}
@@ -180,8 +206,10 @@ def brute_force(old, new, reg, regions):
         for name, count in zip(names, counts.tolist()):
             totals[name] = totals.get(name, 0) + factor * count
         for region, seen in zip(regions, per_region):
-            if not all(_member(region, f, FIELD_BY_NAME[f].values.index(v) if FIELD_BY_NAME[f].kind == "enum" else v)
-                       for f, v in scalars.items()):
+            if not all(
+                _member(region, f, FIELD_BY_NAME[f].values.index(v) if FIELD_BY_NAME[f].kind == "enum" else v)
+                for f, v in scalars.items()
+            ):
                 continue
             inside = np.ones(m, dtype=bool)
             for f, v in rows.items():
@@ -225,7 +253,10 @@ def test_0_27_to_0_28_lists_the_three_behaviour_changes_of_51011():
     assert all(r.example.spec_method not in ("none", "mtp", "deepseek_mtp") for r in whitelist)
     assert all(r.new_route.metadata == "at" for r in whitelist)
     sizing = by_change[("asm_persistent", "asm_persistent")]
-    assert {(r.old_route.metadata, r.new_route.metadata) for r in sizing} == {("below", "at"), ("above", "at")}
+    assert {(r.old_route.metadata, r.new_route.metadata) for r in sizing} == {
+        ("below", "at"),
+        ("above", "at"),
+    }
     # 3. The persistent gate follows the routing: small-head ASM steps get metadata up to qlen 4 (bf16).
     small = [r for r in by_change[("gluon_verify", "asm_persistent")] if r.example.kv_cache_dtype == "auto"]
     assert small and all(r.example.num_heads < 16 and r.example.max_qo_len <= 4 for r in small)
@@ -233,7 +264,9 @@ def test_0_27_to_0_28_lists_the_three_behaviour_changes_of_51011():
 
 
 def test_same_revision_has_no_region_and_passes_fail_on_new_routes():
-    result = CliRunner().invoke(diff_command, ["vllm-0.28", "vllm-0.28", "--fail-on-new-routes", "--format", "json"])
+    result = CliRunner().invoke(
+        diff_command, ["vllm-0.28", "vllm-0.28", "--fail-on-new-routes", "--format", "json"]
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["regions"] == [] and data["shapes_changed"] == 0 and data["confirmed_by_z3"]
@@ -252,7 +285,9 @@ def test_a_sizing_change_alone_is_not_a_new_route():
 
 
 def test_json_has_the_documented_keys_and_fail_on_new_routes_exits_1():
-    result = CliRunner().invoke(diff_command, ["vllm-0.27", "vllm-0.28", "--format", "json", "--fail-on-new-routes"])
+    result = CliRunner().invoke(
+        diff_command, ["vllm-0.27", "vllm-0.28", "--format", "json", "--fail-on-new-routes"]
+    )
     assert result.exit_code == 1
     data = json.loads(result.output)
     assert data["old"] == "vllm-0.27" and data["new"] == "vllm-0.28"
@@ -276,22 +311,30 @@ def test_two_files_name_a_regression_that_sends_fp8_back_to_gluon(tmp_path):
     old, new = tmp_path / "old.py", tmp_path / "new.py"
     shutil.copy(MINI, old)
     text = MINI.read_text()
-    broken = text.replace(" or max_qo_len != 1 or is_quantized_kv_cache(kv_cache_dtype):", " or max_qo_len != 1:")
+    broken = text.replace(
+        " or max_qo_len != 1 or is_quantized_kv_cache(kv_cache_dtype):", " or max_qo_len != 1:"
+    )
     assert broken != text
     new.write_text(broken)
-    result = CliRunner().invoke(diff_command, [str(old), str(new), "--format", "json", "--fail-on-new-routes"])
+    result = CliRunner().invoke(
+        diff_command, [str(old), str(new), "--format", "json", "--fail-on-new-routes"]
+    )
     assert result.exit_code == 1, result.output
     regions = json.loads(result.output)["regions"]
     assert regions and all(r["new_route"]["path"] == "gluon_decode" for r in regions)
-    assert all(r["example"]["kv_cache_dtype"].startswith("fp8") and r["example"]["arch"] == "gfx950"
-               for r in regions)
+    assert all(
+        r["example"]["kv_cache_dtype"].startswith("fp8") and r["example"]["arch"] == "gfx950" for r in regions
+    )
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["vllm-9.99", "vllm-0.28"], "vllm-9.99"),
-    (["vllm-0.27", "no/such/rocm_aiter_mla.py"], "no/such/rocm_aiter_mla.py"),
-    (["vllm-0.27", "vllm-0.28", "--registry", "aiter-9"], "aiter-9"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["vllm-9.99", "vllm-0.28"], "vllm-9.99"),
+        (["vllm-0.27", "no/such/rocm_aiter_mla.py"], "no/such/rocm_aiter_mla.py"),
+        (["vllm-0.27", "vllm-0.28", "--registry", "aiter-9"], "aiter-9"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(args, needle):
     result = CliRunner().invoke(OneLineErrors(commands={"diff": diff_command}), ["diff", *args])
     assert result.exit_code == 2 and result.stdout == ""
@@ -306,8 +349,10 @@ def test_release_diff_0_27_1_to_0_28_0_is_the_model_diff_region_for_region():
     real = runner.invoke(diff_command, ["vllm==0.27.1", "vllm==0.28.0", "--format", "json"])
     model = runner.invoke(diff_command, ["vllm-0.27", "vllm-0.28", "--format", "json"])
     assert real.exit_code == model.exit_code == 0, real.output
-    strip = lambda data: [{k: r[k] for k in ("constraint", "old_route", "new_route", "shapes")}  # noqa: E731
-                          for r in data["regions"]]
+    strip = lambda data: [
+        {k: r[k] for k in ("constraint", "old_route", "new_route", "shapes")}  # noqa: E731
+        for r in data["regions"]
+    ]
     real_data, model_data = json.loads(real.output), json.loads(model.output)
     assert real_data["old"] == "vllm==0.27.1" and real_data["confirmed_by_z3"]
     assert strip(real_data) == strip(model_data)
@@ -315,7 +360,9 @@ def test_release_diff_0_27_1_to_0_28_0_is_the_model_diff_region_for_region():
 
 @pytest.mark.network
 def test_a_release_that_does_not_exist_is_one_line_exit_2():
-    result = CliRunner().invoke(OneLineErrors(commands={"diff": diff_command}), ["diff", "vllm==0.0.999", "vllm-0.28"])
+    result = CliRunner().invoke(
+        OneLineErrors(commands={"diff": diff_command}), ["diff", "vllm==0.0.999", "vllm-0.28"]
+    )
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "0.0.999" in lines[0], result.stderr

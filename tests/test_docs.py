@@ -17,7 +17,9 @@ def test_generated_pages_and_output_blocks_are_what_docgen_writes_today():
 def test_a_stale_output_block_is_found(tmp_path, monkeypatch):
     page = tmp_path / "docs" / "page.md"
     page.parent.mkdir()
-    page.write_text("<!-- output: mla-spec list --format json -->\n```text\nSTALE-TEXT\n```\n<!-- /output -->\n")
+    page.write_text(
+        "<!-- output: mla-spec list --format json -->\n```text\nSTALE-TEXT\n```\n<!-- /output -->\n"
+    )
     fresh = docgen.with_outputs(page.read_text())
     assert '"revisions"' in fresh and "STALE-TEXT" not in fresh
 
@@ -44,8 +46,9 @@ def _prose(text: str) -> str:
 def _anchors(text: str) -> set[str]:
     seen: dict[str, int] = {}
     out = set()
-    for m in re.finditer(r"^#{1,6}\s+(.*)$", "\n".join(
-            line for line in _prose(text.replace("`", "")).splitlines()), re.M):
+    for m in re.finditer(
+        r"^#{1,6}\s+(.*)$", "\n".join(line for line in _prose(text.replace("`", "")).splitlines()), re.M
+    ):
         s = docgen.slug(m.group(1))
         out.add(s if s not in seen else f"{s}-{seen[s]}")
         seen[s] = seen.get(s, 0) + 1
@@ -60,6 +63,8 @@ def test_every_relative_link_and_anchor_resolves():
                 continue
             path, _, fragment = target.partition("#")
             dest = (page.parent / path).resolve() if path else page
-            if not dest.exists() or (fragment and dest.suffix == ".md" and fragment not in _anchors(dest.read_text())):
+            if not dest.exists() or (
+                fragment and dest.suffix == ".md" and fragment not in _anchors(dest.read_text())
+            ):
                 broken.append(f"{page.relative_to(docgen.REPO)}: {target}")
     assert not broken

@@ -30,7 +30,9 @@ def test_0_28_0_sends_kimi_k3_tp8_fp8_to_the_persistent_asm_kernel_with_the_cach
 
 
 def test_0_27_1_sizes_eagle_metadata_for_qlen_1_while_the_scheduler_admits_4():
-    shape = Shape(arch="gfx942", num_heads=16, max_qo_len=4, num_reqs=2, spec_method="eagle", num_spec_tokens=3)
+    shape = Shape(
+        arch="gfx942", num_heads=16, max_qo_len=4, num_reqs=2, spec_method="eagle", num_spec_tokens=3
+    )
     (old,) = execute(release_code("0.27.1"), [shape])
     (new,) = execute(release_code("0.28.0"), [shape])
     assert old["threshold"] == new["threshold"] == 4
@@ -58,8 +60,11 @@ def test_an_arch_probe_changed_on_purpose_shows_as_disagreements():
 def test_a_name_outside_the_stubs_is_an_error_that_names_it(tmp_path):
     real = release_code("0.28.0")
     mutant = tmp_path / "rocm_aiter_mla.py"
-    mutant.write_text(real.file.read_text().replace(
-        "from vllm.logger import init_logger", "from vllm.logger import init_logger, NotStubbedName"))
+    mutant.write_text(
+        real.file.read_text().replace(
+            "from vllm.logger import init_logger", "from vllm.logger import init_logger, NotStubbedName"
+        )
+    )
     with pytest.raises(HarnessError, match="NotStubbedName"):
         execute(ReleaseCode("mutant", mutant, real.tree), [KIMI_K3_TP8_FP8])
 
@@ -112,8 +117,12 @@ def test_the_cpu_rendering_of_the_page_index_kernel_matches_tritons_interpreter(
     )
     from spec.realcode.executed.child import STUBS
 
-    out = subprocess.run([sys.executable, "-c", script, str(release_code("0.28.0").file), str(STUBS)],
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(release_code("0.28.0").file), str(STUBS)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.stdout.strip() == "same", out.stderr[-2000:]
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 from types import SimpleNamespace
 
 import numpy as np
@@ -14,13 +14,13 @@ from conformance.cli.graph import graph_command
 from conformance.cli.render.graph import render
 from mla_model.decision import decide
 from mla_model.derived import kernel_kv_dtype
+from mla_model.failures import failure_kind
 from mla_model.registry import load_registry
 from mla_model.revisions import REVISIONS
 from mla_model.route import PATHS
 from mla_model.shape import FIELD_BY_NAME, FIELDS, Shape
-from spec.proof.bruteforce import _applicable, _column, _encode, fields_read
 from spec.analyses.graph import GLUON_FP8, TRITON, leaf_of, routing_graph
-from mla_model.failures import failure_kind
+from spec.proof.bruteforce import _applicable, _column, _encode, fields_read
 
 REGISTRY = "aiter-0.1.20"
 # A slice of the brute-force box (FieldSpec.box): every enum and flag value, these heads, qlens and k.
@@ -33,13 +33,12 @@ SLICE = {
 }
 
 
-@lru_cache(maxsize=None)
+@cache
 def _graph(revision: str, registry: str = REGISTRY):
     return routing_graph(revision, registry)
 
 
-@pytest.fixture(params=[*[(r, REGISTRY) for r in REVISIONS], ("vllm-0.27", "aiter-0.1.19")],
-                ids="@".join)
+@pytest.fixture(params=[*[(r, REGISTRY) for r in REVISIONS], ("vllm-0.27", "aiter-0.1.19")], ids="@".join)
 def graph(request):
     return _graph(*request.param)
 
@@ -58,8 +57,11 @@ def test_what_a_user_notices_in_each_revision():
     assert _reachable(old, GLUON_FP8) and not _reachable(fixed, GLUON_FP8) and not _reachable(new, GLUON_FP8)
     assert old.edges["use_gluon_decode", "gluon_decode"]["condition"] == "heads<16 ∧ qlen==1"
     assert fixed.edges["use_gluon_decode", "gluon_decode"]["condition"].startswith(
-        "heads<16 ∧ qlen==1 ∧ kv not fp8 ∧ mode≠asm ∧ gfx950")
-    assert fixed.edges["use_persistent_metadata", "asm_persistent"]["condition"] == "heads≥16 ∨ qlen≤4 ∨ kv fp8"
+        "heads<16 ∧ qlen==1 ∧ kv not fp8 ∧ mode≠asm ∧ gfx950"
+    )
+    assert (
+        fixed.edges["use_persistent_metadata", "asm_persistent"]["condition"] == "heads≥16 ∨ qlen≤4 ∨ kv fp8"
+    )
     assert old.edges["use_triton_verify", "triton_verify"]["condition"] == "never"
     # The pre-fix persistent gate sized metadata from the drafter whitelist: get_block_n_fp8 KeyError.
     assert any(n.endswith(":key_error") for n in old) and not any(n.endswith(":key_error") for n in fixed)
@@ -71,7 +73,10 @@ def test_every_reachable_node_has_a_witness_the_plain_python_route_confirms(grap
         if a["kind"] != "leaf" or not a["reachable"]:
             continue
         d = decide(rev, reg, a["witness"])
-        assert rev.is_valid(a["witness"], reg) and d.route.path == path and leaf_of(reg, d) == leaf, (path, leaf)
+        assert rev.is_valid(a["witness"], reg) and d.route.path == path and leaf_of(reg, d) == leaf, (
+            path,
+            leaf,
+        )
     for n, a in graph.nodes.items():
         assert a["reachable"] == (a["witness"] is not None)
         if a["kind"] == "path" and a["reachable"]:
@@ -89,8 +94,9 @@ def _box_slice(revision_id: str, registry_id: str):
         n = len(next(iter(cols.values()))) if cols else 1
         cols = {k: np.repeat(v, len(values)) for k, v in cols.items()}
         cols[name] = np.tile(values, n)
-        keep = _applicable(rules, SimpleNamespace(**fixed, **{k: _column(k, v) for k, v in cols.items()}),
-                           n * len(values))
+        keep = _applicable(
+            rules, SimpleNamespace(**fixed, **{k: _column(k, v) for k, v in cols.items()}), n * len(values)
+        )
         cols = {k: v[keep] for k, v in cols.items()}
     return fixed, cols
 
@@ -103,8 +109,18 @@ def test_z3_reachability_agrees_with_a_brute_force_sweep(graph):
     n = len(next(iter(cols.values())))
     view = SimpleNamespace(**fixed, **{k: _column(k, v) for k, v in cols.items()})
     d = decide(rev, reg, view)
-    parts = [d.route.path, view.arch, failure_kind(d), view.q_dtype, d.route.request.kv_dtype, d.asm.gqa, d.asm.ps,
-             d.asm.qseqlen, d.asm.causal, kernel_kv_dtype(view)]
+    parts = [
+        d.route.path,
+        view.arch,
+        failure_kind(d),
+        view.q_dtype,
+        d.route.request.kv_dtype,
+        d.asm.gqa,
+        d.asm.ps,
+        d.asm.qseqlen,
+        d.asm.causal,
+        kernel_kv_dtype(view),
+    ]
     key = np.zeros(n, dtype=np.int64)
     for part in parts:  # one mixed-radix integer per shape; the leaf is a function of it
         column = np.broadcast_to(np.asarray(getattr(part, "term", part), dtype=np.int64), (n,))
@@ -122,7 +138,9 @@ def test_z3_reachability_agrees_with_a_brute_force_sweep(graph):
 
 def _decode(name: str, value):
     spec = FIELD_BY_NAME[name]
-    return spec.values[int(value)] if spec.kind == "enum" else bool(value) if spec.kind == "bool" else int(value)
+    return (
+        spec.values[int(value)] if spec.kind == "enum" else bool(value) if spec.kind == "bool" else int(value)
+    )
 
 
 # --- the command ------------------------------------------------------------------------------
@@ -160,12 +178,15 @@ def test_svg_and_dot_render_the_same_graph(tmp_path):
     assert dot.startswith("digraph") and '"use_gluon_decode" -> "gluon_decode"' in dot and "dashed" in dot
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--revision", "vllm-9.99"], "unknown revision 'vllm-9.99'"),
-    (["--registry", "aiter-9"], "unknown registry 'aiter-9'"),
-    (["--out", "g.jpg"], "unsupported extension '.jpg'"),
-    (["--out", "/nonexistent/folder/g.png"], "cannot write /nonexistent/folder/g.png"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--revision", "vllm-9.99"], "unknown revision 'vllm-9.99'"),
+        (["--registry", "aiter-9"], "unknown registry 'aiter-9'"),
+        (["--out", "g.jpg"], "unsupported extension '.jpg'"),
+        (["--out", "/nonexistent/folder/g.png"], "cannot write /nonexistent/folder/g.png"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(args, needle):
     result = CliRunner().invoke(graph_command, args)
     assert result.exit_code == 2

@@ -35,7 +35,11 @@ def _at(value, i, n):
 
 
 def _plain(value):
-    return value if isinstance(value, str) else (bool(value) if isinstance(value, (bool, np.bool_)) else int(value))
+    return (
+        value
+        if isinstance(value, str)
+        else (bool(value) if isinstance(value, (bool, np.bool_)) else int(value))
+    )
 
 
 def _terms(d):

@@ -23,21 +23,40 @@ _verify_028 = vllm_028.use_gluon_verify
 
 # invariant -> (module, attribute, replacement): the one-line edit that breaks it
 KNOWN_BAD = {
-    "fp8-never-reaches-gluon": (vllm_028, "use_gluon_decode",  # the #51011 dtype guard dropped
-                                lambda h, q, dt, s: main_pre_51011.use_gluon_decode(h, q, s)),
-    "gluon-fp8-batch-one": (vllm_028, "use_gluon_decode",
-                            lambda h, q, dt, s: main_pre_51011.use_gluon_decode(h, q, s)),
+    "fp8-never-reaches-gluon": (
+        vllm_028,
+        "use_gluon_decode",  # the #51011 dtype guard dropped
+        lambda h, q, dt, s: main_pre_51011.use_gluon_decode(h, q, s),
+    ),
+    "gluon-fp8-batch-one": (
+        vllm_028,
+        "use_gluon_decode",
+        lambda h, q, dt, s: main_pre_51011.use_gluon_decode(h, q, s),
+    ),
     "gluon-only-where-built": (vllm_028, "on_gfx950", lambda s: True),  # arch guard dropped
     "kernel-exists": (vllm_028, "ASM_PADDED_MAX_PS_QLEN", 8),  # off by one past the bf16 qlen-4 kernels
     "total": (vllm_028, "ASM_PADDED_MAX_PS_QLEN", 8),
-    "block-n-key-exists": (vllm_028, "reorder_batch_threshold", whitelist_mtp_decode_qlen),  # whitelist restored
+    "block-n-key-exists": (
+        vllm_028,
+        "reorder_batch_threshold",
+        whitelist_mtp_decode_qlen,
+    ),  # whitelist restored
     "metadata-covers-qlen": (vllm_028, "reorder_batch_threshold", whitelist_mtp_decode_qlen),
-    "builder-impl-agree": (vllm_028, "builder_kv_cache_dtype",  # builder only normalises the "fp8" spelling
-                           lambda s: choose(KV_CACHE_DTYPES, [(eq(s.kv_cache_dtype, "fp8"), "fp8")], "auto")),
-    "decode-verify-disjoint": (vllm_028, "use_gluon_verify",  # verify forgets its qlen > 1 test
-                               lambda h, q, dt, s: _verify_028(h, 2, dt, s)),
-    "head-padding-round-trips": (vllm_027, "use_gluon_verify",  # 0.27 sends small-head verify to ASM
-                                 lambda h, q: False),
+    "builder-impl-agree": (
+        vllm_028,
+        "builder_kv_cache_dtype",  # builder only normalises the "fp8" spelling
+        lambda s: choose(KV_CACHE_DTYPES, [(eq(s.kv_cache_dtype, "fp8"), "fp8")], "auto"),
+    ),
+    "decode-verify-disjoint": (
+        vllm_028,
+        "use_gluon_verify",  # verify forgets its qlen > 1 test
+        lambda h, q, dt, s: _verify_028(h, 2, dt, s),
+    ),
+    "head-padding-round-trips": (
+        vllm_027,
+        "use_gluon_verify",  # 0.27 sends small-head verify to ASM
+        lambda h, q: False,
+    ),
 }
 
 

@@ -8,8 +8,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mla_model.logic import (
-    EnumTerm, all_of, any_of, ceil_to_multiple, choose, if_then_else, is_in, lookup_int, maximum, not_, product,
-    product_in, tuple_in,
+    EnumTerm,
+    all_of,
+    any_of,
+    ceil_to_multiple,
+    choose,
+    if_then_else,
+    is_in,
+    lookup_int,
+    maximum,
+    not_,
+    product,
+    product_in,
+    tuple_in,
 )
 
 small = st.integers(1, 300)

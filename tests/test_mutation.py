@@ -27,8 +27,13 @@ KILLABLE = "use_gluon_decode/ror/L914.11"  # num_heads >= m -> > m: 16 heads on 
 EQUIVALENT = "use_persistent_metadata/drop/L699.12/3"  # drops `max_qo_len >= 1`: every decode has qlen >= 1
 REPO = Path(__file__).resolve().parents[1]
 # Every file of ours, but the stubs that stand in for vLLM's modules (they share its names by design).
-OURS = [path for folder in ("mla_model", "spec", "conformance", "docs", "tests") for ext in ("py", "md")
-        for path in (REPO / folder).glob(f"**/*.{ext}") if "executed/stubs" not in path.as_posix()]
+OURS = [
+    path
+    for folder in ("mla_model", "spec", "conformance", "docs", "tests")
+    for ext in ("py", "md")
+    for path in (REPO / folder).glob(f"**/*.{ext}")
+    if "executed/stubs" not in path.as_posix()
+]
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +64,8 @@ def test_mutants_cover_every_region_with_stable_ids_and_apply_as_one_span(releas
         assert mutated != text
         ast.parse(mutated)
         # only the span changed: everything before and after is the release's own text
-        assert mutated.encode()[:m.start] == original[:m.start]
-        assert mutated.encode().endswith(original[m.end:])
+        assert mutated.encode()[: m.start] == original[: m.start]
+        assert mutated.encode().endswith(original[m.end :])
 
 
 def test_the_shadow_tree_holds_the_mutant_and_links_the_rest(release, tmp_path):
@@ -77,8 +82,11 @@ def test_the_shadow_tree_holds_the_mutant_and_links_the_rest(release, tmp_path):
 def test_no_vllm_text_is_committed_with_the_mutation_code(release):
     text, _ = release
     # Import lines and signatures are vLLM's names (kept so model and code read side by side), not code.
-    long_lines = {ln.strip() for ln in text.splitlines()
-                  if len(ln.strip()) >= 40 and not ln.strip().startswith(("from ", "import ", "def "))}
+    long_lines = {
+        ln.strip()
+        for ln in text.splitlines()
+        if len(ln.strip()) >= 40 and not ln.strip().startswith(("from ", "import ", "def "))
+    }
     assert len(long_lines) > 200 and len(OURS) > 50
     for path in OURS:
         copied = long_lines & {ln.strip() for ln in path.read_text().splitlines()}
@@ -130,13 +138,25 @@ def test_the_report_totals_agree_with_the_rows_and_the_json(report):
     assert t["mutants"] == len(rows) == 2
     assert t["killed_by_both"] + t["killed_only_by_generated"] == t["killed_by_generated"]
     assert t["killed_by_both"] + t["killed_only_by_shipped"] == t["killed_by_shipped"]
-    assert (t["killed_by_both"] + t["killed_only_by_generated"] + t["killed_only_by_shipped"]
-            + t["killed_by_neither"]) == t["mutants"]
+    assert (
+        t["killed_by_both"]
+        + t["killed_only_by_generated"]
+        + t["killed_only_by_shipped"]
+        + t["killed_by_neither"]
+    ) == t["mutants"]
     data = json.loads(json.dumps(report.to_json()))
     assert data["totals"] == t
     for m, r in zip(data["mutants"], rows):
-        assert {"id", "site", "description", "killed_by_generated", "generated_killers", "killed_by_shipped",
-                "shipped_killers", "equivalent"} <= set(m)
+        assert {
+            "id",
+            "site",
+            "description",
+            "killed_by_generated",
+            "generated_killers",
+            "killed_by_shipped",
+            "shipped_killers",
+            "equivalent",
+        } <= set(m)
         assert m["killed_by_generated"] == bool(m["generated_killers"]) and m["id"] == r.mutant.id
 
 
@@ -149,8 +169,9 @@ def _fake(report: MutationReport, equivalent: object, generated: tuple[str, ...]
     return MutationReport(report.release, (row,), report.generated_cases, report.shipped_items, 1.0, 1, {})
 
 
-@pytest.mark.parametrize("equivalent,generated,code", [
-    (False, ("some-case",), 0), (True, (), 0), (False, (), 1), (UNKNOWN, (), 3)])
+@pytest.mark.parametrize(
+    "equivalent,generated,code", [(False, ("some-case",), 0), (True, (), 0), (False, (), 1), (UNKNOWN, (), 3)]
+)
 def test_exit_status_follows_the_survivors(report, monkeypatch, equivalent, generated, code):
     import spec.analyses.mutation
 

@@ -43,11 +43,22 @@ def test_mini_file_is_equivalent_to_the_0_28_model_symbolically_and_bounded():
     label, model, rows = bind(str(MINI), "vllm-0.28")
     assert model == "vllm-0.28"
     assert {r.function: r.verdict for r in rows if r.method == "symbolic"} == {
-        name: "EQUIVALENT" for name in ("validity", "path", "use_gluon_decode", "use_gluon_verify",
-                                        "use_persistent_metadata", "wants_persistent_metadata",
-                                        "mtp_decode_qlen", "decode_heads")}
+        name: "EQUIVALENT"
+        for name in (
+            "validity",
+            "path",
+            "use_gluon_decode",
+            "use_gluon_verify",
+            "use_persistent_metadata",
+            "wants_persistent_metadata",
+            "mtp_decode_qlen",
+            "decode_heads",
+        )
+    }
     bounded = {r.function: r for r in rows if r.method == "bounded"}
-    assert bounded["use_gluon_decode"].verdict == "EQUIVALENT" and bounded["use_gluon_decode"].checked == 294912
+    assert (
+        bounded["use_gluon_decode"].verdict == "EQUIVALENT" and bounded["use_gluon_decode"].checked == 294912
+    )
 
 
 def test_bind_reports_the_first_differing_shape_against_the_wrong_model():
@@ -64,7 +75,7 @@ def test_invariants_proved_on_the_lifted_mini_file():
         assert check(rev, "aiter-0.1.19", INVARIANT_BY_ID[inv]).verdict == PROVED
 
 
-CRAFTED = '''
+CRAFTED = """
 import os
 open("{marker}", "w").write("module level ran")
 
@@ -84,7 +95,7 @@ class I:
     def forward_mqa(self):
         if self.num_heads < 16 and decode.max_qo_len > 1:
             pass
-'''
+"""
 
 
 @pytest.mark.parametrize(
@@ -92,8 +103,8 @@ class I:
     [
         ('os.system("touch {marker}.system")', "'os'"),
         ('__import__("os").system("touch {marker}.system")', "'__import__'"),
-        ('import subprocess', "'subprocess'"),
-        ('().__class__.__bases__[0].__subclasses__()', "'__subclasses__'"),
+        ("import subprocess", "'subprocess'"),
+        ("().__class__.__bases__[0].__subclasses__()", "'__subclasses__'"),
         ('eval("1")', "'eval'"),
     ],
 )
@@ -104,8 +115,6 @@ def test_crafted_file_runs_nothing_and_names_the_refused_call(tmp_path, body, re
     with pytest.raises(RefusedCode, match=refused):
         RealGates(Source(str(path), path, path.read_text()))
     assert not marker.exists() and not Path(f"{marker}.system").exists()
-
-
 
 
 @pytest.mark.parametrize(

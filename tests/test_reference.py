@@ -13,7 +13,14 @@ import pytest
 import torch
 
 from mla_model.reference import (
-    FP8_DTYPE_OF_ARCH, HEAD_DIM, V_HEAD_DIM, DecodeInputs, PagedKV, mla_decode, quantize_fp8, row_kv_lens,
+    FP8_DTYPE_OF_ARCH,
+    HEAD_DIM,
+    V_HEAD_DIM,
+    DecodeInputs,
+    PagedKV,
+    mla_decode,
+    quantize_fp8,
+    row_kv_lens,
 )
 
 
@@ -29,7 +36,9 @@ def _paged(kv_rows: list[torch.Tensor], page: int, seed: int = 0) -> PagedKV:
     return PagedKV(cache, table, torch.tensor([len(r) for r in kv_rows]))
 
 
-def _loop_reference(q: torch.Tensor, kv_rows: list[torch.Tensor], qlen: int, causal: bool, scale: float) -> torch.Tensor:
+def _loop_reference(
+    q: torch.Tensor, kv_rows: list[torch.Tensor], qlen: int, causal: bool, scale: float
+) -> torch.Tensor:
     out = []
     for r, kv in enumerate(kv_rows):
         for t in range(qlen):
@@ -77,16 +86,21 @@ def test_fp8_flavour_follows_the_arch_and_reads_dequantised():
         assert (dequantised - kv).abs().max() <= kv.abs().max() / 8  # 3 mantissa bits
         paged = _paged([kv], 16)
         cache8, _ = quantize_fp8(paged.cache, fp8)
-        from_fp8 = mla_decode(DecodeInputs(q, PagedKV(cache8, paged.block_table, paged.seq_lens, scale), 1, True))
-        from_dequantised = mla_decode(DecodeInputs(
-            q, PagedKV(cache8.float() * scale, paged.block_table, paged.seq_lens), 1, True))
+        from_fp8 = mla_decode(
+            DecodeInputs(q, PagedKV(cache8, paged.block_table, paged.seq_lens, scale), 1, True)
+        )
+        from_dequantised = mla_decode(
+            DecodeInputs(q, PagedKV(cache8.float() * scale, paged.block_table, paged.seq_lens), 1, True)
+        )
         assert torch.equal(from_fp8, from_dequantised), arch
 
 
 def test_the_same_dtype_reference_differs_by_bf16_rounding_only():
     g = torch.Generator().manual_seed(3)
     kv_rows = [torch.randn(50, HEAD_DIM, generator=g) for _ in range(2)]
-    inputs = DecodeInputs(torch.randn(4, 16, HEAD_DIM, generator=g).to(torch.bfloat16), _paged(kv_rows, 16), 2, True)
+    inputs = DecodeInputs(
+        torch.randn(4, 16, HEAD_DIM, generator=g).to(torch.bfloat16), _paged(kv_rows, 16), 2, True
+    )
     ref, low = mla_decode(inputs), mla_decode(inputs, torch.bfloat16)
     assert low.dtype == torch.bfloat16
     deviation = (ref - low.float()).abs().max().item()

@@ -28,7 +28,9 @@ def test_decode_row_counts_match_the_csv_tables():
 def test_block_n_keyerror_sets_match_sources_32(reg_id):
     keys = set(load_registry(reg_id).block_n_keys)
     missing = lambda m: {q for q in range(1, 40) if m * q not in keys}  # noqa: E731
-    assert missing(16) == {5, 6, 7} | set(range(9, 16)) | set(range(17, 24)) | set(range(25, 32)) | set(range(33, 40))
+    assert missing(16) == {5, 6, 7} | set(range(9, 16)) | set(range(17, 24)) | set(range(25, 32)) | set(
+        range(33, 40)
+    )
     assert missing(64) == {3, 5, 7} | set(range(9, 40))
     assert missing(128) == set(range(5, 40))
 

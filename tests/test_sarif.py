@@ -14,13 +14,13 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from conformance.cli import main
-from conformance.cli.errors import OneLineErrors
-from conformance.cli.render.text import shape_summary
 from conformance.cli.diff import diff_command
+from conformance.cli.errors import OneLineErrors
+from conformance.cli.render.sarif import revision_location
+from conformance.cli.render.text import shape_summary
 from mla_model.revisions import REVISIONS
 from mla_model.shape import Shape
 from spec.proof.invariants import INVARIANT_BY_ID
-from conformance.cli.render.sarif import revision_location
 
 MINI = Path(__file__).parent / "data" / "mini_rocm_aiter_mla.py"
 
@@ -50,18 +50,31 @@ def _invoke(*args: str):
 
 
 def test_check_sarif_reports_each_violation_with_its_smallest_counterexample_at_the_revision():
-    sarif = _invoke("check", "--revision", "vllm-0.27", "--registry", "aiter-0.1.19", "--invariant",
-                    "fp8-never-reaches-gluon", "--format", "sarif")
+    sarif = _invoke(
+        "check",
+        "--revision",
+        "vllm-0.27",
+        "--registry",
+        "aiter-0.1.19",
+        "--invariant",
+        "fp8-never-reaches-gluon",
+        "--format",
+        "sarif",
+    )
     assert sarif.exit_code == 1  # violated, whatever the format
     run = _valid_sarif(json.loads(sarif.stdout))
     inv = INVARIANT_BY_ID["fp8-never-reaches-gluon"]
     (rule,) = run["tool"]["driver"]["rules"]
-    assert rule["shortDescription"]["text"] == inv.statement and rule["fullDescription"]["text"] == inv.symptom
+    assert (
+        rule["shortDescription"]["text"] == inv.statement and rule["fullDescription"]["text"] == inv.symptom
+    )
     (result,) = run["results"]
     assert result["ruleId"] == inv.id and result["level"] == "error"
     smallest = result["properties"]["counterexamples"][0]  # the check's JSON result rides along
-    assert f"smallest: {shape_summary(Shape(**smallest['shape']))} -> {smallest['route']['path']}" in \
-        result["message"]["text"]
+    assert (
+        f"smallest: {shape_summary(Shape(**smallest['shape']))} -> {smallest['route']['path']}"
+        in result["message"]["text"]
+    )
     route = REVISIONS["vllm-0.27"].route
     physical = result["locations"][0]["physicalLocation"]
     assert physical["artifactLocation"]["uri"] == "mla_model/revisions/vllm_027.py"
@@ -69,14 +82,18 @@ def test_check_sarif_reports_each_violation_with_its_smallest_counterexample_at_
 
 
 def test_check_sarif_has_no_result_where_everything_is_proved():
-    result = _invoke("check", "--revision", "vllm-0.28", "--invariant", "fp8-never-reaches-gluon", "--format", "sarif")
+    result = _invoke(
+        "check", "--revision", "vllm-0.28", "--invariant", "fp8-never-reaches-gluon", "--format", "sarif"
+    )
     assert result.exit_code == 0
     assert _valid_sarif(json.loads(result.stdout))["results"] == []
 
 
 def test_diff_sarif_has_one_result_per_region_errors_where_fail_on_new_routes_fails():
     runner = CliRunner()
-    sarif = runner.invoke(diff_command, ["vllm-0.27", "vllm-0.28", "--format", "sarif", "--fail-on-new-routes"])
+    sarif = runner.invoke(
+        diff_command, ["vllm-0.27", "vllm-0.28", "--format", "sarif", "--fail-on-new-routes"]
+    )
     as_json = runner.invoke(diff_command, ["vllm-0.27", "vllm-0.28", "--format", "json"])
     assert sarif.exit_code == 1
     run = _valid_sarif(json.loads(sarif.stdout))
@@ -85,14 +102,22 @@ def test_diff_sarif_has_one_result_per_region_errors_where_fail_on_new_routes_fa
     for result, region in zip(run["results"], regions):
         rule = "new-route" if region["new_route_taken"] else "metadata-sizing"
         assert result["ruleId"] == rule and result["level"] == ("error" if rule == "new-route" else "note")
-        assert region["constraint"] in result["message"]["text"] and f"{region['shapes']:,} shapes" in result["message"]["text"]
-        assert result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "mla_model/revisions/vllm_028.py"
+        assert (
+            region["constraint"] in result["message"]["text"]
+            and f"{region['shapes']:,} shapes" in result["message"]["text"]
+        )
+        assert (
+            result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+            == "mla_model/revisions/vllm_028.py"
+        )
     assert {r["ruleId"] for r in run["results"]} == {"new-route", "metadata-sizing"}
 
 
 def test_diff_sarif_without_the_flag_warns_and_exits_0():
-    result = CliRunner().invoke(OneLineErrors(commands={"diff": diff_command}),
-                                ["diff", "main-pre-51011", "vllm-0.28", "--format", "sarif"])
+    result = CliRunner().invoke(
+        OneLineErrors(commands={"diff": diff_command}),
+        ["diff", "main-pre-51011", "vllm-0.28", "--format", "sarif"],
+    )
     assert result.exit_code == 0
     levels = {r["level"] for r in _valid_sarif(json.loads(result.stdout))["results"]}
     assert "error" not in levels and "warning" in levels
@@ -101,7 +126,9 @@ def test_diff_sarif_without_the_flag_warns_and_exits_0():
 def test_a_real_file_is_located_at_its_use_gluon_decode():
     physical = revision_location(str(MINI))["physicalLocation"]
     assert physical["artifactLocation"]["uri"] == MINI.resolve().as_uri()
-    line = next(n for n, text in enumerate(MINI.read_text().splitlines(), 1) if "def use_gluon_decode" in text)
+    line = next(
+        n for n, text in enumerate(MINI.read_text().splitlines(), 1) if "def use_gluon_decode" in text
+    )
     assert physical["region"]["startLine"] == line
 
 

@@ -67,8 +67,18 @@ def test_cli_json_and_exit_status():
     res = _cli("--vllm", RELEASE, "--format", "json", "-k", "test_padded_query_is_contiguous")
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
-    assert set(data) >= {"release", "against", "files", "items", "passed", "failed", "errors", "skipped",
-                         "not_runnable", "failures"}
+    assert set(data) >= {
+        "release",
+        "against",
+        "files",
+        "items",
+        "passed",
+        "failed",
+        "errors",
+        "skipped",
+        "not_runnable",
+        "failures",
+    }
     assert data["items"] == data["passed"] == 10
     res = _cli("--vllm", RELEASE, "--against", "0.27.1", "-k", "test_padded_query_is_contiguous")
     assert res.exit_code == 1
@@ -80,7 +90,9 @@ def test_lone_mutant_file_borrows_the_release_tree(tmp_path):
     from spec.realcode.source import release_tree
 
     src = (release_tree(RELEASE) / "vllm/v1/attention/backends/mla/rocm_aiter_mla.py").read_text()
-    guard = "        if is_quantized_kv_cache(kv_cache_dtype):\n            return False\n        mode = _aiter"
+    guard = (
+        "        if is_quantized_kv_cache(kv_cache_dtype):\n            return False\n        mode = _aiter"
+    )
     assert guard in src
     mutant = tmp_path / "rocm_aiter_mla.py"
     mutant.write_text(src.replace(guard, "        mode = _aiter", 1))
@@ -89,7 +101,7 @@ def test_lone_mutant_file_borrows_the_release_tree(tmp_path):
     assert r["failed"] > 0
 
 
-_SYNTHETIC = '''
+_SYNTHETIC = """
 import pytest
 import torch
 
@@ -135,7 +147,7 @@ def test_kernel_output_never_computed():
     ind = torch.tensor([0, 1, 2], dtype=torch.int32)
     mla_decode_fwd(q, kv, o, ind, ind, torch.tensor([0, 1], dtype=torch.int32), torch.ones(2, dtype=torch.int32), 1)
     assert True  # passes, but only because nothing computed the output
-'''
+"""
 
 
 @pytest.mark.network

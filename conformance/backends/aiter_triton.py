@@ -34,9 +34,10 @@ from __future__ import annotations
 import importlib.util
 import sys
 import types
-from functools import lru_cache
+from collections.abc import Callable
+from functools import cache, lru_cache
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -61,7 +62,11 @@ def load_kernel() -> Callable[..., Any]:
         if spec is None or not spec.submodule_search_locations:
             raise ImportError("amd-aiter is not installed (pip install amd-aiter)")
         root = Path(list(spec.submodule_search_locations)[0])
-        for name, folder in (("aiter", root), ("aiter.ops", root / "ops"), ("aiter.ops.triton", root / "ops" / "triton")):
+        for name, folder in (
+            ("aiter", root),
+            ("aiter.ops", root / "ops"),
+            ("aiter.ops.triton", root / "ops" / "triton"),
+        ):
             module = types.ModuleType(name)
             module.__path__ = [str(folder)]
             sys.modules[name] = module
@@ -73,7 +78,7 @@ def load_kernel() -> Callable[..., Any]:
 # --- head padding: vLLM's helpers where we have the release, else the model's -----------------
 
 
-@lru_cache(maxsize=None)
+@cache
 def vllm_padding(revision: str) -> tuple[Any, str]:
     """The loaded gate code of the case's vLLM release (or None) and a label saying whose padding runs."""
     from mla_model.revisions import RELEASE_OF_REVISION
@@ -92,12 +97,21 @@ def vllm_padding(revision: str) -> tuple[Any, str]:
         return None, f"model ({e})"
 
 
-def _pad(revision: str, q: torch.Tensor, heads: int, m: int, padding: str) -> tuple[torch.Tensor, Callable, str]:
+def _pad(
+    revision: str, q: torch.Tensor, heads: int, m: int, padding: str
+) -> tuple[torch.Tensor, Callable, str]:
     code, label = vllm_padding(revision)
     if code is None:
-        return emulation.pad_heads(q, heads, m, padding), lambda o: emulation.unpad_heads(o, heads, m, padding), label
-    return (code.call("get_mla_padded_q", num_heads=heads, q=q),
-            lambda o: code.call("get_mla_unpadded_o", num_heads=heads, o=o), label)
+        return (
+            emulation.pad_heads(q, heads, m, padding),
+            lambda o: emulation.unpad_heads(o, heads, m, padding),
+            label,
+        )
+    return (
+        code.call("get_mla_padded_q", num_heads=heads, q=q),
+        lambda o: code.call("get_mla_unpadded_o", num_heads=heads, o=o),
+        label,
+    )
 
 
 # --- the backend ----------------------------------------------------------------------------
@@ -109,8 +123,9 @@ def _splits(decision: Any, registry: Any, num_reqs: int, total_kv: int, heads: i
         return emulation.gluon_num_kv_splits(num_reqs, qlen, heads)
     if route.path == "asm_nonpersistent":
         try:
-            return emulation.asm_num_kv_splits(registry, arch, num_reqs, total_kv, heads, qlen,
-                                               route.request.q_dtype)
+            return emulation.asm_num_kv_splits(
+                registry, arch, num_reqs, total_kv, heads, qlen, route.request.q_dtype
+            )
         except NoKernel:
             pass  # AITER has no split count here; the Triton kernel still runs the shape
     if route.path == "triton_verify":
@@ -143,7 +158,9 @@ class AiterTritonBackend:
         if route.path in ASM_PATHS:
             qk = int(route.request.kernel_qlen)
             q = emulation.pad_qlen(q, R, Q, qk)
-            q, unpad, info["padding"] = _pad(case.revision, q, H, int(route.request.padded_heads), route.head_padding)
+            q, unpad, info["padding"] = _pad(
+                case.revision, q, H, int(route.request.padded_heads), route.head_padding
+            )
         heads = q.shape[1]
         rows = row_kv_lens(kv.seq_lens, qk, inputs.causal).reshape(-1)  # one batch entry per query row
         slots = kv.slots()
@@ -155,23 +172,43 @@ class AiterTritonBackend:
         padded = 1 << (n - 1).bit_length()
         q = torch.cat([q, q.new_zeros(padded - n, heads, HEAD_DIM)])
         kv_indptr = torch.zeros(padded + 1, dtype=torch.int32, device=q.device)
-        kv_indptr[1:n + 1] = torch.cumsum(rows, 0)
-        kv_indptr[n + 1:] = kv_indptr[n]
+        kv_indptr[1 : n + 1] = torch.cumsum(rows, 0)
+        kv_indptr[n + 1 :] = kv_indptr[n]
         splits = _splits(decision, registry, R, int(kv.seq_lens.sum()), heads, qk)
         logits = torch.empty(padded, heads, splits, KV_LORA_RANK + 1, dtype=torch.float32, device=q.device)
 
         def launch(o: torch.Tensor) -> None:
             config = {k: dict(v) for k, v in CONFIG.items()}  # the wrapper writes BLOCK_C/BLOCK_R into it
-            kernel(q, k_buffer, k_buffer[..., :V_HEAD_DIM], o, kv_indptr, kv_indices, None, KV_LORA_RANK, 0,
-                   None, None, logits, splits, inputs.sm_scale, config=config)
+            kernel(
+                q,
+                k_buffer,
+                k_buffer[..., :V_HEAD_DIM],
+                o,
+                kv_indptr,
+                kv_indices,
+                None,
+                KV_LORA_RANK,
+                0,
+                None,
+                None,
+                logits,
+                splits,
+                inputs.sm_scale,
+                config=config,
+            )
 
         out = torch.full((padded, heads, V_HEAD_DIM), float("nan"), dtype=torch.bfloat16, device=q.device)
         launch(out)  # checked run (compiles on first use of this launch shape)
         scratch = torch.empty_like(out)
         watch.best("kernel", lambda: launch(scratch), TIMED_RUNS)
         out = emulation.unpad_qlen(out[:n], R, Q, qk)
-        info.update(splits=splits, kernel_heads=heads, kernel_rows=n, launch_rows=padded,
-                    kv_bytes_read=int(rows.sum()) * HEAD_DIM * k_buffer.element_size())
+        info.update(
+            splits=splits,
+            kernel_heads=heads,
+            kernel_rows=n,
+            launch_rows=padded,
+            kv_bytes_read=int(rows.sum()) * HEAD_DIM * k_buffer.element_size(),
+        )
         return unpad(out), info
 
 

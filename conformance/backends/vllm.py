@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import ast
 import time
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from conformance.backends import case_key
 from mla_model.failures import REFUSALS
@@ -82,9 +83,11 @@ class VllmBackend:
         if key not in keys:
             return [case]
         start = keys.index(key)
-        return [c for c in self.pending[start:]
-                if c.registry == case.registry and self._release_of(c) == release
-                and case_key(c) not in self.rows][:CHUNK]
+        return [
+            c
+            for c in self.pending[start:]
+            if c.registry == case.registry and self._release_of(c) == release and case_key(c) not in self.rows
+        ][:CHUNK]
 
     def _execute(self, chunk: list[Any], release: str, device: str, kv_len: int) -> None:
         """Run the chunk in one harness child; a case whose shape is a harness fault is noted and left out."""
@@ -106,7 +109,7 @@ class VllmBackend:
                 rows = execute(code, [c.shape for c in todo], todo[0].registry, options=options, seed=seed)
             except HarnessError as e:
                 bad = _faulting_case(str(e), todo)
-                for c in (todo if bad is None else [bad]):
+                for c in todo if bad is None else [bad]:
                     self.rows[case_key(c)] = {"_skip": f"harness fault ({code.label}): {e}"[:500]}
                 todo = [] if bad is None else [c for c in todo if c is not bad]
                 continue
@@ -118,8 +121,9 @@ class VllmBackend:
 
     # --- one case ---------------------------------------------------------------------------
 
-    def run_case(self, case: Any, device: str, kv_len: int, fault: str | None = None,
-                 full_context: bool = False) -> dict[str, Any]:
+    def run_case(
+        self, case: Any, device: str, kv_len: int, fault: str | None = None, full_context: bool = False
+    ) -> dict[str, Any]:
         from conformance.runner import case_record
 
         started = time.time()
@@ -151,18 +155,28 @@ def judge(row: dict[str, Any]) -> dict[str, Any]:
         return {"status": "SKIP", "detail": row["_skip"]}
     calls = row.get("calls") or []
     out: dict[str, Any] = {
-        "release": row.get("_release"), "harness_seed": row.get("_harness_seed"), "outcome": row.get("outcome"),
+        "release": row.get("_release"),
+        "harness_seed": row.get("_harness_seed"),
+        "outcome": row.get("outcome"),
         "executed": [_call_summary(c) for c in calls],
-        "decode": row.get("decode"), "metadata": row.get("metadata"), "sizing": row.get("sizing"),
+        "decode": row.get("decode"),
+        "metadata": row.get("metadata"),
+        "sizing": row.get("sizing"),
     }
     outcome = row.get("outcome")
     if row.get("stage") == "refused":
         if not row.get("valid_heads", True):
-            out.update(status="CRASH", detail=f"the release rejects {row['shape']['num_heads']} heads "
-                                              "(AiterMLAHelper.is_valid_num_heads)")
+            out.update(
+                status="CRASH",
+                detail=f"the release rejects {row['shape']['num_heads']} heads "
+                "(AiterMLAHelper.is_valid_num_heads)",
+            )
         else:
-            out.update(status="SKIP", detail=f"max_qo_len {row['shape']['max_qo_len']} is above the release's "
-                                             f"reorder_batch_threshold {row.get('threshold')}: not a decode step")
+            out.update(
+                status="SKIP",
+                detail=f"max_qo_len {row['shape']['max_qo_len']} is above the release's "
+                f"reorder_batch_threshold {row.get('threshold')}: not a decode step",
+            )
         return out
     if outcome == "harness_fault":
         out.update(status="SKIP", detail=f"harness fault, not the release: {row.get('error')}")
@@ -179,7 +193,9 @@ def judge(row: dict[str, Any]) -> dict[str, Any]:
         kernel_ms = sum(float((c.get("replay") or {}).get("t_ms", 0.0)) for c in calls)
         unwritten = sum(int((c.get("replay") or {}).get("rows_unwritten", 0)) for c in calls)
         if unwritten and v.get("status") != "PASS":
-            v["detail"] = f"{v.get('detail', '')}; {unwritten} query row(s) the kernel does not write".lstrip("; ")
+            v["detail"] = f"{v.get('detail', '')}; {unwritten} query row(s) the kernel does not write".lstrip(
+                "; "
+            )
         out.update(v)
         out["t_kernel_ms"] = kernel_ms
         return out
@@ -189,14 +205,32 @@ def judge(row: dict[str, Any]) -> dict[str, Any]:
         status = "NO_KERNEL" if kind in REFUSALS else "CRASH"
         out.update(status=status, detail=f"AITER refuses ({kind}): {error}", failure=kind)
         return out
-    out.update(status="CRASH", detail=f"vLLM raises: {error}" if outcome == "vllm_raises" else error or
-               f"harness row without an outcome (stage {row.get('stage')})")
+    out.update(
+        status="CRASH",
+        detail=f"vLLM raises: {error}"
+        if outcome == "vllm_raises"
+        else error or f"harness row without an outcome (stage {row.get('stage')})",
+    )
     return out
 
 
 def _call_summary(call: dict[str, Any]) -> dict[str, Any]:
-    keep = ("entry", "kernel", "q_shape", "q_dtype", "kv_dtype", "q_scale", "kv_scale", "max_seqlen_q",
-            "persistent", "num_rows", "raised", "head_map", "replay", "computed_by")
+    keep = (
+        "entry",
+        "kernel",
+        "q_shape",
+        "q_dtype",
+        "kv_dtype",
+        "q_scale",
+        "kv_scale",
+        "max_seqlen_q",
+        "persistent",
+        "num_rows",
+        "raised",
+        "head_map",
+        "replay",
+        "computed_by",
+    )
     return {k: call[k] for k in keep if k in call}
 
 
@@ -206,7 +240,7 @@ def _faulting_case(message: str, cases: list[Any]) -> Any:
     if at < 0:
         return None
     try:
-        data = ast.literal_eval(message[at + len("(shape "):].rstrip(")"))
+        data = ast.literal_eval(message[at + len("(shape ") :].rstrip(")"))
     except (ValueError, SyntaxError):
         return None
     return next((c for c in cases if c.shape.to_json() == data), None)

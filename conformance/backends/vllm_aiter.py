@@ -31,8 +31,10 @@ class VllmAiterBackend:
         for package, hint in (("vllm", "vLLM"), ("aiter", "AITER (amd-aiter)")):
             if importlib.util.find_spec(package) is None:
                 return f"{hint} is not installed"
-        return ("the AiterMLAImpl.forward_mqa harness (VllmConfig for an MLA model + AiterMLAMetadataBuilder.build) "
-                "is not built yet: no ROCm machine was available to check it against")
+        return (
+            "the AiterMLAImpl.forward_mqa harness (VllmConfig for an MLA model + AiterMLAMetadataBuilder.build) "
+            "is not built yet: no ROCm machine was available to check it against"
+        )
 
     def run(self, case: Any, decision: Any, registry: Any, inputs: Any, watch: Any, fault: str | None) -> Any:
         raise Unavailable(self.unavailable(str(inputs.q.device)) or "vllm-aiter cannot run here")

@@ -52,7 +52,15 @@ from typing import Any
 import torch
 
 from mla_model.reference import (
-    DEFAULT_SM_SCALE, FP8_DTYPE_OF_ARCH, HEAD_DIM, KV_LORA_RANK, V_HEAD_DIM, DecodeInputs, PagedKV, attend, operands,
+    DEFAULT_SM_SCALE,
+    FP8_DTYPE_OF_ARCH,
+    HEAD_DIM,
+    KV_LORA_RANK,
+    V_HEAD_DIM,
+    DecodeInputs,
+    PagedKV,
+    attend,
+    operands,
 )
 
 _FP8_STORAGE = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.uint8)
@@ -84,8 +92,14 @@ def _scale(value: Any, what: str, info: dict[str, Any]) -> float:
 # --- the arithmetic ---------------------------------------------------------------------------
 
 
-def _attend_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor,
-                 sm_scale: float) -> torch.Tensor:
+def _attend_rows(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    indptr: torch.Tensor,
+    indices: torch.Tensor,
+    sm_scale: float,
+) -> torch.Tensor:
     """Row ``i`` of ``q [n, H, 576]`` over KV rows ``indices[indptr[i]:indptr[i+1]]`` (``-1``: out of bounds)."""
     n = q.shape[0]
     lens = (indptr[1:] - indptr[:-1]).long()
@@ -105,11 +119,14 @@ def _attend_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, indptr: torc
     return torch.einsum("nhl,nld->nhd", p, vv)
 
 
-def _triton_attend(q: torch.Tensor, kv_rows: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor,
-                   sm_scale: float) -> torch.Tensor | None:
+def _triton_attend(
+    q: torch.Tensor, kv_rows: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor, sm_scale: float
+) -> torch.Tensor | None:
     """AITER's Triton MLA decode on the same rows (bf16 operands, scales already applied), or None."""
     kernel = _load_triton()
-    if kernel is None or (indices.numel() and (int(indices.min()) < 0 or int(indices.max()) >= kv_rows.shape[0])):
+    if kernel is None or (
+        indices.numel() and (int(indices.min()) < 0 or int(indices.max()) >= kv_rows.shape[0])
+    ):
         return None
     from conformance.backends.aiter_triton import CONFIG
 
@@ -119,8 +136,23 @@ def _triton_attend(q: torch.Tensor, kv_rows: torch.Tensor, indptr: torch.Tensor,
     splits = 1
     logits = torch.empty(n, heads, splits, KV_LORA_RANK + 1, dtype=torch.float32, device=q.device)
     config = {k: dict(v) for k, v in CONFIG.items()}
-    kernel(q.to(torch.bfloat16).contiguous(), k_buffer, k_buffer[..., :V_HEAD_DIM], out, indptr.to(torch.int32),
-           indices.to(torch.int32), None, KV_LORA_RANK, 0, None, None, logits, splits, sm_scale, config=config)
+    kernel(
+        q.to(torch.bfloat16).contiguous(),
+        k_buffer,
+        k_buffer[..., :V_HEAD_DIM],
+        out,
+        indptr.to(torch.int32),
+        indices.to(torch.int32),
+        None,
+        KV_LORA_RANK,
+        0,
+        None,
+        None,
+        logits,
+        splits,
+        sm_scale,
+        config=config,
+    )
     return out.float()
 
 
@@ -161,8 +193,16 @@ def _load_triton() -> Any:
     return kernel
 
 
-def _compute(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor,
-             sm_scale: float, same_scale: bool, info: dict[str, Any]) -> torch.Tensor:
+def _compute(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    indptr: torch.Tensor,
+    indices: torch.Tensor,
+    sm_scale: float,
+    same_scale: bool,
+    info: dict[str, Any],
+) -> torch.Tensor:
     if q.device.type == "cuda" and same_scale:
         out = _triton_attend(q, k, indptr, indices, sm_scale)
         if out is not None:
@@ -174,8 +214,9 @@ def _compute(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, indptr: torch.Te
     return _attend_rows(q, k, v, indptr, indices, sm_scale)
 
 
-def _row_windows(kv_indptr: torch.Tensor, kv_indices: torch.Tensor, rows_of: list[tuple[int, int, int]],
-                 causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _row_windows(
+    kv_indptr: torch.Tensor, kv_indices: torch.Tensor, rows_of: list[tuple[int, int, int]], causal: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per query row (request ``b``, row ``t`` of ``n``) its KV window as one indptr/indices pair."""
     starts = kv_indptr.long().tolist()
     lens, chunks = [], []
@@ -183,7 +224,7 @@ def _row_windows(kv_indptr: torch.Tensor, kv_indices: torch.Tensor, rows_of: lis
         total = starts[b + 1] - starts[b]
         length = max(total - (n - 1) + t, 0) if causal else total
         lens.append(length)
-        chunks.append(kv_indices[starts[b]:starts[b] + length].long())
+        chunks.append(kv_indices[starts[b] : starts[b] + length].long())
     indptr = torch.zeros(len(lens) + 1, dtype=torch.long, device=kv_indices.device)
     if lens:
         indptr[1:] = torch.cumsum(torch.tensor(lens, device=kv_indices.device), 0)
@@ -210,14 +251,16 @@ def _asm(call: dict[str, Any], t: dict[str, Any], st: Any, info: dict[str, Any])
     if call.get("persistent"):
         meta = next((e["metadata"] for e in reversed(st.events) if "metadata" in e), None)
         if meta is None:
-            info.setdefault("notes", []).append("persistent call without get_mla_metadata_v1: no work item, "
-                                                "nothing written")
+            info.setdefault("notes", []).append(
+                "persistent call without get_mla_metadata_v1: no work item, nothing written"
+            )
             covered = 0
         else:
             covered = min(covered, int(meta["max_seqlen_qo"]))
             if int(meta["num_heads"]) != q.shape[1]:
-                info.setdefault("notes", []).append(f"work metadata for {meta['num_heads']} heads, "
-                                                    f"query has {q.shape[1]}")
+                info.setdefault("notes", []).append(
+                    f"work metadata for {meta['num_heads']} heads, query has {q.shape[1]}"
+                )
     qo = t["qo_indptr"].long().tolist()
     rows_of, qrows = [], []
     unwritten = 0
@@ -229,8 +272,15 @@ def _asm(call: dict[str, Any], t: dict[str, Any], st: Any, info: dict[str, Any])
                 qrows.append(qo[b] + r)
             else:
                 unwritten += 1
-    info.update(kv_scale=kv_scale, q_scale=q_scale, sm_scale=sm, causal=causal, rows_written=len(qrows),
-                rows_unwritten=unwritten, scales="kv_scale on scores and values")
+    info.update(
+        kv_scale=kv_scale,
+        q_scale=q_scale,
+        sm_scale=sm,
+        causal=causal,
+        rows_written=len(qrows),
+        rows_unwritten=unwritten,
+        scales="kv_scale on scores and values",
+    )
     if not qrows:
         return
     indptr, indices = _row_windows(t["kv_indptr"], t["kv_indices"], rows_of, causal)
@@ -241,12 +291,15 @@ def _asm(call: dict[str, Any], t: dict[str, Any], st: Any, info: dict[str, Any])
 
 def _gluon(call: dict[str, Any], t: dict[str, Any], st: Any, info: dict[str, Any]) -> None:
     q_nope, q_pe, o, kv = t["q_nope"], t["q_pe"], t["o"], t["kv"]
-    if q_nope.dim() == 4:  # native multi-token verify (0.29+): [requests, qlen, heads, dim], one seq_info entry each
+    if (
+        q_nope.dim() == 4
+    ):  # native multi-token verify (0.29+): [requests, qlen, heads, dim], one seq_info entry each
         q_nope, q_pe, o = q_nope.flatten(0, 1), q_pe.flatten(0, 1), o.flatten(0, 1)
         if o.data_ptr() != t["o"].data_ptr():
             raise ValueError("the 4-D Gluon output is not contiguous: cannot write through a flattened view")
-    qf = torch.cat([read_as_kernel(q_nope, st.arch, info, "q_nope"), read_as_kernel(q_pe, st.arch, info, "q_pe")],
-                   dim=-1)
+    qf = torch.cat(
+        [read_as_kernel(q_nope, st.arch, info, "q_nope"), read_as_kernel(q_pe, st.arch, info, "q_pe")], dim=-1
+    )
     kvf = read_as_kernel(kv, st.arch, info, "kv").reshape(-1, kv.shape[-1])
     kv_scale = _scale(call.get("kv_scale"), "kv_scale", info) if call["kv_dtype"] == "fp8" else 1.0
     k = kvf * kv_scale
@@ -259,12 +312,14 @@ def _gluon(call: dict[str, Any], t: dict[str, Any], st: Any, info: dict[str, Any
         indptr, indices = seq_info.long(), page_table.long()
     elif entries and rows % entries == 0:  # native multi-token rows: causal within each entry
         per = rows // entries
-        indptr, indices = _row_windows(seq_info, page_table, [(b, r, per) for b in range(entries)
-                                                              for r in range(per)], True)
+        indptr, indices = _row_windows(
+            seq_info, page_table, [(b, r, per) for b in range(entries) for r in range(per)], True
+        )
         info.setdefault("notes", []).append(f"{per} query rows per seq_info entry, read causally")
     else:
-        info.setdefault("notes", []).append(f"{rows} query rows for {entries} seq_info entries: "
-                                            "outside mla_gluon's contract, nothing written")
+        info.setdefault("notes", []).append(
+            f"{rows} query rows for {entries} seq_info entries: outside mla_gluon's contract, nothing written"
+        )
         info["rows_unwritten"] = rows
         return
     out = _compute(qf, k, v, indptr.to(o.device), indices.to(o.device), sm, True, info)
@@ -292,11 +347,24 @@ def _triton_verify(call: dict[str, Any], t: dict[str, Any], st: Any, info: dict[
     indptr, indices = _row_windows(kv_indptr, kv_indices, rows_of, True)
     qf = read_as_kernel(q, st.arch, info, "q")
     sm = float(call["sm_scale"])
-    out = _compute(qf, kvf * kv_scale, kvf[:, :V_HEAD_DIM] * kv_scale, indptr.to(o.device), indices.to(o.device),
-                   sm, True, info)
+    out = _compute(
+        qf,
+        kvf * kv_scale,
+        kvf[:, :V_HEAD_DIM] * kv_scale,
+        indptr.to(o.device),
+        indices.to(o.device),
+        sm,
+        True,
+        info,
+    )
     o.copy_(out.reshape(o.shape).to(o.dtype))
-    info.update(kv_scale=kv_scale, sm_scale=sm, scales="k_scale on scores and values", rows_written=len(rows_of),
-                rows_unwritten=0)
+    info.update(
+        kv_scale=kv_scale,
+        sm_scale=sm,
+        scales="k_scale on scores and values",
+        rows_written=len(rows_of),
+        rows_unwritten=0,
+    )
 
 
 def kernel(entry: str, call: dict[str, Any]) -> None:
@@ -324,12 +392,18 @@ def kernel(entry: str, call: dict[str, Any]) -> None:
 # --- the verdict ------------------------------------------------------------------------------
 
 
-def reference(shape: Any, batch: Any, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, DecodeInputs]:
+def reference(
+    shape: Any, batch: Any, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, DecodeInputs]:
     """The float32 reference and its bf16 twin (for the tolerance) from the batch's true logical inputs."""
     R, Q = shape.num_reqs, shape.max_qo_len
     pages = batch.kv_cache.shape[0]
-    kv = PagedKV(batch.kv_true.to(device).view(pages, -1, HEAD_DIM), batch.block_table.to(device),
-                 torch.tensor(batch.kv_lens, device=device), 1.0)
+    kv = PagedKV(
+        batch.kv_true.to(device).view(pages, -1, HEAD_DIM),
+        batch.block_table.to(device),
+        torch.tensor(batch.kv_lens, device=device),
+        1.0,
+    )
     inputs = DecodeInputs(batch.q_true.to(device), kv, Q, bool(shape.causal), 1.0, DEFAULT_SM_SCALE)
     ops = operands(inputs)
     H = batch.q_true.shape[1]
@@ -338,7 +412,9 @@ def reference(shape: Any, batch: Any, device: torch.device) -> tuple[torch.Tenso
     return ref, ref_lowp, inputs
 
 
-def verdict(shape: Any, batch: Any, output: Any, row: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+def verdict(
+    shape: Any, batch: Any, output: Any, row: dict[str, Any], options: dict[str, Any]
+) -> dict[str, Any]:
     """PASS / MISMATCH / NAN of the step's output against the true reference (the runner's classify)."""
     from conformance.runner import classify
 
@@ -349,7 +425,12 @@ def verdict(shape: Any, batch: Any, output: Any, row: dict[str, Any], options: d
     t_ref = (time.perf_counter() - started) * 1e3
     result = classify(output, ref, ref_lowp)
     kv_tokens = int(inputs.kv.seq_lens.sum())
-    result.update(t_reference_ms=t_ref, heads=int(ref.shape[1]), page_size=int(inputs.kv.page_size),
-                  max_seq_len=int(inputs.kv.seq_lens.max()), kv_tokens=kv_tokens,
-                  kv_bytes=kv_tokens * HEAD_DIM * batch.kv_cache.element_size())
+    result.update(
+        t_reference_ms=t_ref,
+        heads=int(ref.shape[1]),
+        page_size=int(inputs.kv.page_size),
+        max_seq_len=int(inputs.kv.seq_lens.max()),
+        kv_tokens=kv_tokens,
+        kv_bytes=kv_tokens * HEAD_DIM * batch.kv_cache.element_size(),
+    )
     return result

@@ -19,8 +19,22 @@ from conformance.cli.errors import OneLineErrors
 
 # Command name -> the module that holds it (each module's command is ``<name>_command``).  Loaded on first use,
 # so ``python -m conformance.cli.conform`` starts on a GPU machine without z3, and --help starts fast.
-COMMANDS = {name: f"conformance.cli.{name.replace('-', '_')}" for name in (
-    "check", "audit", "bind", "list", "explain", "cases", "mutate", "graph", "conform", "diff", "vllm-tests")}
+COMMANDS = {
+    name: f"conformance.cli.{name.replace('-', '_')}"
+    for name in (
+        "check",
+        "audit",
+        "bind",
+        "list",
+        "explain",
+        "cases",
+        "mutate",
+        "graph",
+        "conform",
+        "diff",
+        "vllm-tests",
+    )
+}
 
 
 class Commands(OneLineErrors):

@@ -17,13 +17,20 @@ from mla_model.shape import Shape
 
 
 @click.command("bind")
-@click.option("--vllm", "spec", required=True, metavar="RELEASE|PATH", help="vLLM release, tree or rocm_aiter_mla.py.")
+@click.option(
+    "--vllm", "spec", required=True, metavar="RELEASE|PATH", help="vLLM release, tree or rocm_aiter_mla.py."
+)
 @revision_option(default_help="default: the one that models that release")
 @format_option("json")
 @click.option("--no-symbolic", is_flag=True, help="Only the bounded comparison (no lifting).")
-@click.option("--shapes", "count", type=click.IntRange(min=0), default=2000, show_default=True,
-              help="Random valid shapes for the executed differential (besides the solver-found cases); "
-                   "0 skips it.")
+@click.option(
+    "--shapes",
+    "count",
+    type=click.IntRange(min=0),
+    default=2000,
+    show_default=True,
+    help="Random valid shapes for the executed differential (besides the solver-found cases); 0 skips it.",
+)
 def bind_command(spec, revision, fmt, no_symbolic, count) -> None:
     """Compare a release with a model revision: its gate functions (symbolic and bounded), and its whole
     decode path executed shape by shape against the model's routes."""
@@ -37,8 +44,18 @@ def bind_command(spec, revision, fmt, no_symbolic, count) -> None:
     except (SourceError, ValueError, HarnessError) as e:
         raise BadInput(str(e)) from None
     if fmt == "json":
-        click.echo(json.dumps({"release": label, "revision": model_id, "functions": [r.to_json() for r in rows],
-                               "executed": executed.to_json() if executed else None}, indent=2, default=str))
+        click.echo(
+            json.dumps(
+                {
+                    "release": label,
+                    "revision": model_id,
+                    "functions": [r.to_json() for r in rows],
+                    "executed": executed.to_json() if executed else None,
+                },
+                indent=2,
+                default=str,
+            )
+        )
     else:
         console = Console(highlight=False)
         table = Table(title=f"mla-spec bind: {label} against the model revision {model_id}")
@@ -46,19 +63,29 @@ def bind_command(spec, revision, fmt, no_symbolic, count) -> None:
             table.add_column(col, no_wrap=True)
         for r in rows:
             colour = {"EQUIVALENT": "green", "DIFFERENT": "red"}.get(r.verdict, "yellow")
-            table.add_row(r.function, r.method, f"[{colour}]{r.verdict}[/]", f"{r.checked:,}" if r.checked else "",
-                          f"{r.seconds:.2f}")
+            table.add_row(
+                r.function,
+                r.method,
+                f"[{colour}]{r.verdict}[/]",
+                f"{r.checked:,}" if r.checked else "",
+                f"{r.seconds:.2f}",
+            )
         console.print(table)
         for r in rows:
             if r.reason:
                 console.print(f"{r.function} ({r.method}): {r.reason}")
             for d in r.differences:
                 where = shape_summary(Shape(**d["shape"])) if "shape" in d else json.dumps(d["inputs"])
-                console.print(f"[red]{r.function}[/] ({r.method}) differs at {where}: "
-                              f"real {d['real']!r}, model {d['model']!r}", soft_wrap=True)
+                console.print(
+                    f"[red]{r.function}[/] ({r.method}) differs at {where}: "
+                    f"real {d['real']!r}, model {d['model']!r}",
+                    soft_wrap=True,
+                )
         if executed:
             executed_lines(executed, console)
     # 1: some function differs; 3: lifting failed, so the gate was not compared symbolically.
     if any(r.verdict == "DIFFERENT" for r in rows) or (executed and executed.disagreements):
         sys.exit(EXIT_VIOLATED)
-    sys.exit(EXIT_UNKNOWN if any(r.verdict == "UNSUPPORTED" and r.method == "symbolic" for r in rows) else EXIT_OK)
+    sys.exit(
+        EXIT_UNKNOWN if any(r.verdict == "UNSUPPORTED" and r.method == "symbolic" for r in rows) else EXIT_OK
+    )

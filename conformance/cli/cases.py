@@ -26,18 +26,40 @@ def _generate(job: tuple[str, str, int]) -> list[Case]:
 
 
 @click.command("cases")
-@click.option("--revision", "revisions", multiple=True, type=click.Choice([*REVISIONS, "all"]),
-              help="Gate revision (repeatable, or 'all'); more than one writes OUT/<revision>/ each.")
-@click.option("--registry", type=click.Choice(list(REGISTRY_IDS)), default=DEFAULT_REGISTRY, show_default=True,
-              help="AITER registry whose kernel lookups the cases pin.")
-@click.option("--style", type=click.Choice(["suite", "vllm", "jsonl"]), default="suite", show_default=True,
-              help="suite: OUT/cases.jsonl + a pytest module for this repo; vllm: one drop-in module OUT "
-                   "for tests/v1/attention/ of a vLLM checkout; jsonl: every revision's cases in one file OUT "
-                   "(for mla-spec conform), a (shape, route) once.")
-@click.option("--routes", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Also cover up to N distinct routes per revision, each at its smallest and largest shape "
-                   "(for a GPU replay).")
-@click.option("--out", type=click.Path(path_type=Path), required=True, help="Folder (suite) or file (vllm, jsonl).")
+@click.option(
+    "--revision",
+    "revisions",
+    multiple=True,
+    type=click.Choice([*REVISIONS, "all"]),
+    help="Gate revision (repeatable, or 'all'); more than one writes OUT/<revision>/ each.",
+)
+@click.option(
+    "--registry",
+    type=click.Choice(list(REGISTRY_IDS)),
+    default=DEFAULT_REGISTRY,
+    show_default=True,
+    help="AITER registry whose kernel lookups the cases pin.",
+)
+@click.option(
+    "--style",
+    type=click.Choice(["suite", "vllm", "jsonl"]),
+    default="suite",
+    show_default=True,
+    help="suite: OUT/cases.jsonl + a pytest module for this repo; vllm: one drop-in module OUT "
+    "for tests/v1/attention/ of a vLLM checkout; jsonl: every revision's cases in one file OUT "
+    "(for mla-spec conform), a (shape, route) once.",
+)
+@click.option(
+    "--routes",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Also cover up to N distinct routes per revision, each at its smallest and largest shape "
+    "(for a GPU replay).",
+)
+@click.option(
+    "--out", type=click.Path(path_type=Path), required=True, help="Folder (suite) or file (vllm, jsonl)."
+)
 @format_option("json")
 def cases_command(revisions, registry, style, routes, out, fmt) -> None:
     """Edge shapes (MC/DC pairs, counterexamples, thresholds) as test cases, pinned to the model's route."""
@@ -71,8 +93,14 @@ def cases_command(revisions, registry, style, routes, out, fmt) -> None:
                 first.setdefault((c.id, json.dumps(c.expected_route, sort_keys=True)), c)
             unique = list(first.values())
             write_cases(unique, out)
-            written.append({"revision": ",".join(chosen), "registry": registry, "cases": len(unique),
-                            "files": [str(out)]})
+            written.append(
+                {
+                    "revision": ",".join(chosen),
+                    "registry": registry,
+                    "cases": len(unique),
+                    "files": [str(out)],
+                }
+            )
             results = []
         for rev, cases in zip(chosen, results):
             if style == "vllm":
@@ -81,8 +109,9 @@ def cases_command(revisions, registry, style, routes, out, fmt) -> None:
                 paths = [out]
             else:
                 paths = write_suite(cases, out / slug(rev) if len(chosen) > 1 else out, rev, registry)
-            written.append({"revision": rev, "registry": registry, "cases": len(cases),
-                            "files": [str(p) for p in paths]})
+            written.append(
+                {"revision": rev, "registry": registry, "cases": len(cases), "files": [str(p) for p in paths]}
+            )
     except OSError as e:
         raise BadInput(f"cannot write {e.filename}: {e.strerror}") from None
     if fmt == "json":

@@ -9,7 +9,12 @@ from rich.console import Console
 
 from conformance.cli.errors import exit_for
 from conformance.cli.options import (
-    invariant_option, load_revision, max_classes_option, registry_option, revision_option, timeout_option,
+    invariant_option,
+    load_revision,
+    max_classes_option,
+    registry_option,
+    revision_option,
+    timeout_option,
 )
 from conformance.cli.render.text import check_table, shape_summary
 from mla_model.registry import REGISTRY_IDS
@@ -23,18 +28,32 @@ from spec.proof.prover import CheckResult
 @revision_option(multiple=True)
 @registry_option(multiple=True)
 @invariant_option
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "sarif", "junit"]), default="text",
-              show_default=True, help="json for a program; sarif: SARIF 2.1.0 for code-scanning views "
-              "(violations as errors); junit: one test case per (revision, registry, invariant).")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json", "sarif", "junit"]),
+    default="text",
+    show_default=True,
+    help="json for a program; sarif: SARIF 2.1.0 for code-scanning views "
+    "(violations as errors); junit: one test case per (revision, registry, invariant).",
+)
 @max_classes_option
 @timeout_option
-@click.option("--vllm", "releases", multiple=True, metavar="RELEASE|PATH",
-              help="Check a vLLM release's (or file's) real gate functions instead of the model's (repeatable).")
+@click.option(
+    "--vllm",
+    "releases",
+    multiple=True,
+    metavar="RELEASE|PATH",
+    help="Check a vLLM release's (or file's) real gate functions instead of the model's (repeatable).",
+)
 def check_command(revisions, registries, invariants, fmt, max_classes, timeout, releases) -> None:
     """Prove or refute each routing and buffer-sizing invariant."""
-    targets = [*revisions, *[load_revision(r) for r in releases]] if releases else list(revisions or REVISIONS)
-    results = check_all(targets, registries or REGISTRY_IDS, invariants or list(INVARIANT_BY_ID), max_classes,
-                        timeout)
+    targets = (
+        [*revisions, *[load_revision(r) for r in releases]] if releases else list(revisions or REVISIONS)
+    )
+    results = check_all(
+        targets, registries or REGISTRY_IDS, invariants or list(INVARIANT_BY_ID), max_classes, timeout
+    )
     report(results, fmt)
 
 

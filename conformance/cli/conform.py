@@ -47,15 +47,45 @@ def _records(path: Path, backend: str, fault: str | None, keys: set[str]) -> dic
     """The latest record of each case of this run (backend, fault) in the results file."""
     from conformance.runner import ResultsLog
 
-    return {r["key"]: r for r in ResultsLog(path).records()
-            if r.get("key") in keys and r.get("backend") == backend and r.get("fault") == fault}
+    return {
+        r["key"]: r
+        for r in ResultsLog(path).records()
+        if r.get("key") in keys and r.get("backend") == backend and r.get("fault") == fault
+    }
 
 
-def _pytest_command(backend: str, cases: Path, out: Path, device: str, fault: str | None, kv_len: int | None,
-                    full_context: bool, workers: int, vllm: str | None = None) -> list[str]:
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-           "--mla-backend", backend, "--mla-cases", str(cases), "--mla-results", str(out), "--mla-device", device]
-    installed = any(e.value == "conformance.pytest_plugin" for e in importlib.metadata.entry_points(group="pytest11"))
+def _pytest_command(
+    backend: str,
+    cases: Path,
+    out: Path,
+    device: str,
+    fault: str | None,
+    kv_len: int | None,
+    full_context: bool,
+    workers: int,
+    vllm: str | None = None,
+) -> list[str]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-o",
+        "addopts=",
+        "--mla-backend",
+        backend,
+        "--mla-cases",
+        str(cases),
+        "--mla-results",
+        str(out),
+        "--mla-device",
+        device,
+    ]
+    installed = any(
+        e.value == "conformance.pytest_plugin" for e in importlib.metadata.entry_points(group="pytest11")
+    )
     if not installed:
         cmd[3:3] = ["-p", "conformance.pytest_plugin"]
     if fault:
@@ -88,9 +118,14 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
         "cases_per_minute": (len(records) / span * 60) if span > 0 else None,
         "median_kernel_ms": statistics.median(kernel) if kernel else None,
         "median_reference_ms": statistics.median(reference) if reference else None,
-        "reference_over_kernel": (statistics.median(reference) / statistics.median(kernel)) if kernel else None,
-        "not_passed": [{k: r.get(k) for k in ("key", "status", "path", "detail")}
-                       for r in records if r["status"] not in ("PASS", "NO_KERNEL")],
+        "reference_over_kernel": (statistics.median(reference) / statistics.median(kernel))
+        if kernel
+        else None,
+        "not_passed": [
+            {k: r.get(k) for k in ("key", "status", "path", "detail")}
+            for r in records
+            if r["status"] not in ("PASS", "NO_KERNEL")
+        ],
     }
 
 
@@ -107,9 +142,11 @@ def _print_summary(summary: dict[str, Any], backend: str, console: Console) -> N
     if summary["cases_per_minute"]:
         console.print(f"{summary['cases']} cases, {summary['cases_per_minute']:.0f} cases/min")
     if summary["median_kernel_ms"] is not None:
-        console.print(f"median time per case: kernel {summary['median_kernel_ms']:.3f} ms, "
-                      f"reference {summary['median_reference_ms']:.3f} ms "
-                      f"({summary['reference_over_kernel']:.1f}x)")
+        console.print(
+            f"median time per case: kernel {summary['median_kernel_ms']:.3f} ms, "
+            f"reference {summary['median_reference_ms']:.3f} ms "
+            f"({summary['reference_over_kernel']:.1f}x)"
+        )
     for r in summary["not_passed"][:20]:
         console.print(f"[red]{r['status']}[/] {r['key']} ({r['path']}): {r['detail']}", soft_wrap=True)
     if len(summary["not_passed"]) > 20:
@@ -118,24 +155,52 @@ def _print_summary(summary: dict[str, Any], backend: str, console: Console) -> N
 
 @click.command("conform")
 @click.option("--backend", required=True, metavar="NAME", help=f"One of: {', '.join(BACKENDS)}.")
-@click.option("--cases", "cases_path", required=True, type=click.Path(path_type=Path), help="Cases JSONL file.")
-@click.option("--out", type=click.Path(path_type=Path), default=None,
-              help="Results JSONL (streamed; rerun with the same --out to resume). Default: a temporary file.")
+@click.option(
+    "--cases", "cases_path", required=True, type=click.Path(path_type=Path), help="Cases JSONL file."
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Results JSONL (streamed; rerun with the same --out to resume). Default: a temporary file.",
+)
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
-@click.option("--fault", default=None, metavar="NAME",
-              help="model backend only: fp8-read-as-bf16, repeat-pad-non-divisor or metadata-short-qlen.")
+@click.option(
+    "--fault",
+    default=None,
+    metavar="NAME",
+    help="model backend only: fp8-read-as-bf16, repeat-pad-non-divisor or metadata-short-qlen.",
+)
 # 262,144 tokens: beyond the longest context of any MLA checkpoint (DeepSeek-V3 and Kimi serve 128K-256K);
 # past it one request's KV alone is gigabytes, and a run would exhaust memory instead of answering.
-@click.option("--kv-len", type=click.IntRange(min=1, max=262_144), default=None,
-              help="Context tokens per request, from [1, N] (N at most 262,144).")
-@click.option("--full-context", is_flag=True, help="Every request holds exactly --kv-len context tokens (timing).")
-@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
-              help="pytest-xdist workers, one per GPU.")
-@click.option("--vllm", "vllm", default=None, metavar="RELEASE",
-              help="vllm backend only: the vLLM release (0.28.0), tree or rocm_aiter_mla.py to execute "
-                   "(default: each case's revision's release).")
+@click.option(
+    "--kv-len",
+    type=click.IntRange(min=1, max=262_144),
+    default=None,
+    help="Context tokens per request, from [1, N] (N at most 262,144).",
+)
+@click.option(
+    "--full-context", is_flag=True, help="Every request holds exactly --kv-len context tokens (timing)."
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="pytest-xdist workers, one per GPU.",
+)
+@click.option(
+    "--vllm",
+    "vllm",
+    default=None,
+    metavar="RELEASE",
+    help="vllm backend only: the vLLM release (0.28.0), tree or rocm_aiter_mla.py to execute "
+    "(default: each case's revision's release).",
+)
 @format_option("json")
-def conform_command(backend, cases_path, out, device, fault, kv_len, full_context, workers, vllm, fmt) -> None:
+def conform_command(
+    backend, cases_path, out, device, fault, kv_len, full_context, workers, vllm, fmt
+) -> None:
     """Replay cases on a backend against the float32 reference: PASS, MISMATCH, NAN, CRASH, NO_KERNEL, SKIP."""
     if backend not in BACKENDS:
         raise BadInput(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
@@ -143,8 +208,10 @@ def conform_command(backend, cases_path, out, device, fault, kv_len, full_contex
         from mla_model.emulation import FAULTS  # imports torch, which the replay needs anyway
 
         if fault not in FAULTS or backend not in FAULT_BACKENDS:
-            raise BadInput(f"--fault {fault!r}: the faults ({', '.join(FAULTS)}) are a switch of the "
-                           f"{', '.join(FAULT_BACKENDS)} backend")
+            raise BadInput(
+                f"--fault {fault!r}: the faults ({', '.join(FAULTS)}) are a switch of the "
+                f"{', '.join(FAULT_BACKENDS)} backend"
+            )
     if vllm is not None and backend != "vllm":
         raise BadInput("--vllm is a switch of the vllm backend only")
     if not cases_path.is_file():
@@ -162,22 +229,35 @@ def conform_command(backend, cases_path, out, device, fault, kv_len, full_contex
         seen[case_key(c)] = seen.get(case_key(c), 0) + 1
     twice = [k for k, n in seen.items() if n > 1]
     if twice:
-        raise BadInput(f"--cases {cases_path}: {len(twice)} case(s) appear more than once (first: {twice[0]}); "
-                       "a results file keeps one record per case")
+        raise BadInput(
+            f"--cases {cases_path}: {len(twice)} case(s) appear more than once (first: {twice[0]}); "
+            "a results file keeps one record per case"
+        )
     stale = stale_cases(cases)
     if stale:
-        raise BadInput(f"{cases_path}: {len(stale)} case(s) no longer have their pinned route (first: {stale[0]}); "
-                       "regenerate them with mla-spec cases")
+        raise BadInput(
+            f"{cases_path}: {len(stale)} case(s) no longer have their pinned route (first: {stale[0]}); "
+            "regenerate them with mla-spec cases"
+        )
     if out is None:
         out = Path(tempfile.mkdtemp(prefix="mla-conform-")) / "results.jsonl"
     keys = {case_key(c) for c in cases}
-    cmd = _pytest_command(backend, cases_path.resolve(), out.resolve(), device, fault, kv_len, full_context, workers,
-                          vllm)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
+    cmd = _pytest_command(
+        backend, cases_path.resolve(), out.resolve(), device, fault, kv_len, full_context, workers, vllm
+    )
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    )
     console = Console(stderr=True, highlight=False)
     log = out.with_suffix(".pytest.log")
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=fmt == "json") as progress:
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=fmt == "json",
+    ) as progress:
         task = progress.add_task(backend, total=len(keys), completed=len(_records(out, backend, fault, keys)))
         for _ in range(MAX_RESTARTS):
             before = len(_records(out, backend, fault, keys))

@@ -19,6 +19,7 @@ from mla_model.registry import REGISTRY_IDS, load_registry
 if TYPE_CHECKING:
     from spec.analyses.diff import Diff
 
+
 class Unsupported(click.ClickException):
     """The real code could not be lifted into z3: no diff, and not a pass."""
 
@@ -28,10 +29,18 @@ class Unsupported(click.ClickException):
 @click.command("diff")
 @click.argument("old")
 @click.argument("new")
-@click.option("--registry", type=click.Choice(list(REGISTRY_IDS)), default="aiter-0.1.20", show_default=True,
-              help="AITER registry that resolves the ASM kernels.")
-@click.option("--fail-on-new-routes", is_flag=True,
-              help="Exit 1 when NEW sends any shape to a path or kernel that OLD did not use for it.")
+@click.option(
+    "--registry",
+    type=click.Choice(list(REGISTRY_IDS)),
+    default="aiter-0.1.20",
+    show_default=True,
+    help="AITER registry that resolves the ASM kernels.",
+)
+@click.option(
+    "--fail-on-new-routes",
+    is_flag=True,
+    help="Exit 1 when NEW sends any shape to a path or kernel that OLD did not use for it.",
+)
 @format_option("json", "sarif")
 def diff_command(old, new, registry, fail_on_new_routes, fmt) -> None:
     """Every region where NEW routes a decode step differently from OLD.
@@ -61,12 +70,15 @@ def diff_command(old, new, registry, fail_on_new_routes, fmt) -> None:
     sys.exit(EXIT_OK if result.confirmed_by_z3 else EXIT_UNKNOWN)  # unconfirmed regions are never a pass
 
 
-def _print_text(result: "Diff", fail_on_new_routes: bool, console: Console) -> None:
+def _print_text(result: Diff, fail_on_new_routes: bool, console: Console) -> None:
     old, new = escape(result.old.id), escape(result.new.id)
     console.print(f"[bold]mla-spec diff[/] {old} -> {new} with {result.registry}")
-    console.print(f"{result.compared:,} shapes of the box are valid under both revisions; "
-                  f"{result.changed:,} change route, in {len(result.regions)} region"
-                  f"{'' if len(result.regions) == 1 else 's'}.", soft_wrap=True)
+    console.print(
+        f"{result.compared:,} shapes of the box are valid under both revisions; "
+        f"{result.changed:,} change route, in {len(result.regions)} region"
+        f"{'' if len(result.regions) == 1 else 's'}.",
+        soft_wrap=True,
+    )
     for path, regions in groupby(result.regions, key=lambda r: (r.old_route.path, r.new_route.path)):
         regions = list(regions)
         console.print(f"\n[bold cyan]{path[0]} -> {path[1]}[/]  {sum(r.shapes for r in regions):,} shapes")
@@ -74,19 +86,34 @@ def _print_text(result: "Diff", fail_on_new_routes: bool, console: Console) -> N
             group = list(group)
             mark = " [red](new route)[/]" if fail_on_new_routes and group[0].new_route_taken else ""
             if before.detail() or after.detail() or mark:
-                console.print(f"  {before.detail() or before.path} -> {after.detail() or after.path}{mark}",
-                              soft_wrap=True)
+                console.print(
+                    f"  {before.detail() or before.path} -> {after.detail() or after.path}{mark}",
+                    soft_wrap=True,
+                )
             for r in group:
                 console.print(f"    {r.shapes:>12,}  {escape(r.constraint)}", soft_wrap=True)
-    console.print(f"\n[dim]rbt: reorder_batch_threshold, the longest query the scheduler hands decode. Counted: "
-                  f"shapes valid under both revisions ({result.valid_only_in_old:,} valid only under {old}, "
-                  f"{result.valid_only_in_new:,} only under {new}: not compared).[/]", soft_wrap=True)
-    console.print("[dim]" + ("z3 proved it: within the box each region holds only its change and every change lies "
-                             "in a region." if result.confirmed_by_z3 else
-                             "z3 ran out of time confirming the regions; counts are exact on the grid.") + "[/]",
-                  soft_wrap=True)
+    console.print(
+        f"\n[dim]rbt: reorder_batch_threshold, the longest query the scheduler hands decode. Counted: "
+        f"shapes valid under both revisions ({result.valid_only_in_old:,} valid only under {old}, "
+        f"{result.valid_only_in_new:,} only under {new}: not compared).[/]",
+        soft_wrap=True,
+    )
+    console.print(
+        "[dim]"
+        + (
+            "z3 proved it: within the box each region holds only its change and every change lies "
+            "in a region."
+            if result.confirmed_by_z3
+            else "z3 ran out of time confirming the regions; counts are exact on the grid."
+        )
+        + "[/]",
+        soft_wrap=True,
+    )
     if result.new_routes:
         n = sum(r.shapes for r in result.new_routes)
         colour = "red" if fail_on_new_routes else "yellow"
-        console.print(f"[{colour}]{len(result.new_routes)} region(s), {n:,} shapes: {new} sends shapes to a path "
-                      f"or kernel {old} did not use for them.[/]", soft_wrap=True)
+        console.print(
+            f"[{colour}]{len(result.new_routes)} region(s), {n:,} shapes: {new} sends shapes to a path "
+            f"or kernel {old} did not use for them.[/]",
+            soft_wrap=True,
+        )

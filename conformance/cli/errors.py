@@ -7,7 +7,8 @@ no traceback; 3: some verdict UNKNOWN (a timeout, lifting unsupported) and none 
 from __future__ import annotations
 
 import sys
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import click
 

@@ -20,9 +20,18 @@ from mla_model.shape import Shape
 @click.command("explain")
 @revision_option(default_help="default: the case's, else vllm-0.28")
 @registry_option(default_help="default: the case's, else aiter-0.1.20")
-@click.option("--case", "case_ref", metavar="ID", help="A case id (gfx950-fp8-h12-q5-dspark3-auto); the shape flags then change it.")
-@click.option("--cases", "cases_file", type=click.Path(dir_okay=False, path_type=Path),
-              help="cases.jsonl to take the case's revision and registry from.")
+@click.option(
+    "--case",
+    "case_ref",
+    metavar="ID",
+    help="A case id (gfx950-fp8-h12-q5-dspark3-auto); the shape flags then change it.",
+)
+@click.option(
+    "--cases",
+    "cases_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="cases.jsonl to take the case's revision and registry from.",
+)
 @format_option("json")
 @shape_options
 def explain_command(revision, registry, case_ref, cases_file, fmt, **fields) -> None:

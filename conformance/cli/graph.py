@@ -25,15 +25,19 @@ def _writable(out: Path, formats: tuple[str, ...]) -> None:
     if out.suffix.lower() not in formats:
         raise BadInput(f"--out {out}: unsupported extension '{out.suffix}'; use {', '.join(formats)}")
     if out.is_dir() or not out.parent.is_dir() or not os.access(out.parent, os.W_OK):
-        raise BadInput(f"cannot write {out}: " + ("it is a folder" if out.is_dir() else
-                                                 f"{out.parent} is not a writable folder"))
+        raise BadInput(
+            f"cannot write {out}: "
+            + ("it is a folder" if out.is_dir() else f"{out.parent} is not a writable folder")
+        )
 
 
 def outline(g: nx.DiGraph) -> str:
     """The graph as text: each decision with its condition, then each path with the leaves it reaches."""
     dead = lambda n: "" if g.nodes[n]["reachable"] else "  [dead]"  # noqa: E731
-    lines = [f"{g.graph['revision']} with {g.graph['registry']}: forward_mqa's decisions, in order "
-             "(dead: no valid shape gets there)"]
+    lines = [
+        f"{g.graph['revision']} with {g.graph['registry']}: forward_mqa's decisions, in order "
+        "(dead: no valid shape gets there)"
+    ]
     for u, v, a in g.edges(data=True):
         if a["kind"] == "yes":
             lines.append(f"  {g.nodes[u]['label']:<26} yes -> {v:<18} when {a['condition']}{dead(v)}")
@@ -51,11 +55,20 @@ def outline(g: nx.DiGraph) -> str:
 
 
 @click.command("graph")
-@click.option("--revision", default="vllm-0.28", show_default=True, help=f"Gate revision: {', '.join(REVISIONS)}.")
-@click.option("--registry", default="aiter-0.1.20", show_default=True,
-              help=f"AITER registry: {', '.join(REGISTRY_IDS)}.")
-@click.option("--out", type=click.Path(path_type=Path),
-              help="Write the graph to FILE.png, FILE.svg (matplotlib) or FILE.dot (pydot).")
+@click.option(
+    "--revision", default="vllm-0.28", show_default=True, help=f"Gate revision: {', '.join(REVISIONS)}."
+)
+@click.option(
+    "--registry",
+    default="aiter-0.1.20",
+    show_default=True,
+    help=f"AITER registry: {', '.join(REGISTRY_IDS)}.",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    help="Write the graph to FILE.png, FILE.svg (matplotlib) or FILE.dot (pydot).",
+)
 @format_option("json")
 def graph_command(revision, registry, out, fmt) -> None:
     """The routing as a DAG: forward_mqa's decisions -> paths -> kernels, each marked reachable or dead (z3)."""
@@ -86,6 +99,8 @@ def graph_command(revision, registry, out, fmt) -> None:
         click.echo(outline(g))
     else:
         leaves = [a for a in g.nodes.values() if a["kind"] in ("kernel", "failure")]
-        click.echo(f"wrote {out}: {sum(a['reachable'] for a in leaves)} reachable leaves, "
-                   f"{sum(not a['reachable'] for a in leaves)} dead; dead paths: "
-                   f"{', '.join(p for p in PATHS if not g.nodes[p]['reachable']) or 'none'}")
+        click.echo(
+            f"wrote {out}: {sum(a['reachable'] for a in leaves)} reachable leaves, "
+            f"{sum(not a['reachable'] for a in leaves)} dead; dead paths: "
+            f"{', '.join(p for p in PATHS if not g.nodes[p]['reachable']) or 'none'}"
+        )

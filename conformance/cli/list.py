@@ -19,15 +19,29 @@ from spec.proof.invariants import INVARIANTS
 def list_command(fmt) -> None:
     """List the gate revisions, AITER registries and invariants mla-spec knows."""
     revisions = [
-        {"id": r.id, "title": r.title, "source": r.source,
-         "validity": [name for name, _ in r.rules(load_registry(REGISTRY_IDS[-1]))]}
+        {
+            "id": r.id,
+            "title": r.title,
+            "source": r.source,
+            "validity": [name for name, _ in r.rules(load_registry(REGISTRY_IDS[-1]))],
+        }
         for r in REVISIONS.values()
     ]
     registries = [{"id": i, "source": load_registry(i).source} for i in REGISTRY_IDS]
-    invariants = [{"id": i.id, "statement": i.statement, "symptom": i.symptom, "source": i.source,
-                   "pr_51011": i.pr_51011} for i in INVARIANTS]
+    invariants = [
+        {
+            "id": i.id,
+            "statement": i.statement,
+            "symptom": i.symptom,
+            "source": i.source,
+            "pr_51011": i.pr_51011,
+        }
+        for i in INVARIANTS
+    ]
     if fmt == "json":
-        click.echo(json.dumps({"revisions": revisions, "registries": registries, "invariants": invariants}, indent=2))
+        click.echo(
+            json.dumps({"revisions": revisions, "registries": registries, "invariants": invariants}, indent=2)
+        )
         return
     console = Console(highlight=False)
     for r in revisions:

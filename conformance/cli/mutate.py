@@ -18,7 +18,14 @@ from rich.table import Table
 
 from conformance.cli.errors import EXIT_OK, EXIT_UNKNOWN, EXIT_VIOLATED, BadInput
 from conformance.cli.options import Seconds, format_option
-from spec.analyses.mutation import DEFAULT_TIMEOUT_MS, REGISTRY_ID, REVISION_ID, UNKNOWN, MutantResult, MutationReport
+from spec.analyses.mutation import (
+    DEFAULT_TIMEOUT_MS,
+    REGISTRY_ID,
+    REVISION_ID,
+    UNKNOWN,
+    MutantResult,
+    MutationReport,
+)
 
 
 def _mark(killers: tuple[str, ...]) -> str:
@@ -34,7 +41,9 @@ def _equivalent(r: MutantResult) -> str:
 
 
 def _print_text(report: MutationReport, console: Console) -> None:
-    table = Table(title=f"mla-spec mutate: vLLM {report.release} rocm_aiter_mla.py, model {REVISION_ID}, {REGISTRY_ID}")
+    table = Table(
+        title=f"mla-spec mutate: vLLM {report.release} rocm_aiter_mla.py, model {REVISION_ID}, {REGISTRY_ID}"
+    )
     table.add_column("mutant", style="bold", no_wrap=True)
     table.add_column("site", no_wrap=True)
     table.add_column("mutation")
@@ -42,18 +51,30 @@ def _print_text(report: MutationReport, console: Console) -> None:
     table.add_column(f"shipped ({report.shipped_items} items)", no_wrap=True)
     table.add_column("equivalent", no_wrap=True)
     for r in report.results:
-        table.add_row(r.mutant.id, r.mutant.site, r.mutant.description, _mark(r.generated_killers),
-                      _mark(r.shipped_killers), _equivalent(r))
+        table.add_row(
+            r.mutant.id,
+            r.mutant.site,
+            r.mutant.description,
+            _mark(r.generated_killers),
+            _mark(r.shipped_killers),
+            _equivalent(r),
+        )
     console.print(table)
     t = report.totals()
-    console.print(f"{t['mutants']} mutants, {t['equivalent']} proved equivalent, {t['unknown']} unknown; "
-                  f"generated cases kill {t['killed_by_generated']}, shipped tests {t['killed_by_shipped']} "
-                  f"(both {t['killed_by_both']}, only generated {t['killed_only_by_generated']}, "
-                  f"only shipped {t['killed_only_by_shipped']}, neither {t['killed_by_neither']}) "
-                  f"({report.seconds:.1f} s, {report.workers} workers)")
+    console.print(
+        f"{t['mutants']} mutants, {t['equivalent']} proved equivalent, {t['unknown']} unknown; "
+        f"generated cases kill {t['killed_by_generated']}, shipped tests {t['killed_by_shipped']} "
+        f"(both {t['killed_by_both']}, only generated {t['killed_only_by_generated']}, "
+        f"only shipped {t['killed_only_by_shipped']}, neither {t['killed_by_neither']}) "
+        f"({report.seconds:.1f} s, {report.workers} workers)"
+    )
     for r in report.results:
         if r.survives_generated:
-            verdict = "[red]no generated case kills[/]" if r.equivalent is False else "[yellow]unknown, not killed:[/]"
+            verdict = (
+                "[red]no generated case kills[/]"
+                if r.equivalent is False
+                else "[yellow]unknown, not killed:[/]"
+            )
             console.print(f"{verdict} [bold]{r.mutant.id}[/] ({r.mutant.description})", soft_wrap=True)
         for note in r.notes:
             console.print(f"[yellow]note[/] {r.mutant.id}: {note}", soft_wrap=True)
@@ -61,9 +82,16 @@ def _print_text(report: MutationReport, console: Console) -> None:
 
 @click.command("mutate")
 @format_option("json")
-@click.option("--timeout", type=Seconds(), default=DEFAULT_TIMEOUT_MS / 1000, show_default=True,
-              help="Seconds z3 may spend on one field of one mutant's equivalence (then: unknown).")
-@click.option("--workers", type=click.IntRange(min=1), default=None, help="Mutants run side by side (default: cores).")
+@click.option(
+    "--timeout",
+    type=Seconds(),
+    default=DEFAULT_TIMEOUT_MS / 1000,
+    show_default=True,
+    help="Seconds z3 may spend on one field of one mutant's equivalence (then: unknown).",
+)
+@click.option(
+    "--workers", type=click.IntRange(min=1), default=None, help="Mutants run side by side (default: cores)."
+)
 @click.option("--mutant", "select", multiple=True, metavar="ID", help="Only this mutant (repeatable).")
 def mutate_command(fmt, timeout, workers, select) -> None:
     """Mutants of vLLM 0.28.0's real routing code: killed by our generated cases? by vLLM's shipped tests? equivalent?"""
@@ -77,7 +105,17 @@ def mutate_command(fmt, timeout, workers, select) -> None:
     if fmt == "json":
         click.echo(json.dumps(report.to_json(), indent=2))
     else:
-        width = 90 + max(len(r.mutant.id) for r in report.results) + max(len(r.mutant.site) for r in report.results)
+        width = (
+            90
+            + max(len(r.mutant.id) for r in report.results)
+            + max(len(r.mutant.site) for r in report.results)
+        )
         _print_text(report, Console(highlight=False, width=width))
     survivors = [r for r in report.results if r.survives_generated]
-    sys.exit(EXIT_VIOLATED if any(r.equivalent is False for r in survivors) else EXIT_UNKNOWN if survivors else EXIT_OK)
+    sys.exit(
+        EXIT_VIOLATED
+        if any(r.equivalent is False for r in survivors)
+        else EXIT_UNKNOWN
+        if survivors
+        else EXIT_OK
+    )

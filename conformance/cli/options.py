@@ -37,8 +37,11 @@ class Seconds(click.ParamType):
         except (TypeError, ValueError):
             self.fail(f"{value!r} is not a number of seconds", param, ctx)
         if not math.isfinite(seconds) or not self.minimum <= seconds <= self.maximum:
-            self.fail(f"{value!r} is not a finite number of seconds in [{self.minimum:g}, {self.maximum:g}]",
-                      param, ctx)
+            self.fail(
+                f"{value!r} is not a finite number of seconds in [{self.minimum:g}, {self.maximum:g}]",
+                param,
+                ctx,
+            )
         return seconds
 
 
@@ -55,38 +58,66 @@ def shape_options(fn: Any) -> Any:
     return fn
 
 
-
 def format_option(*choices: str) -> Any:
     """``--format`` with text first (the default)."""
-    return click.option("--format", "fmt", type=click.Choice(["text", *choices]), default="text", show_default=True,
-                        help="text for a person; " + ", ".join(choices) + " for a program (same content).")
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(["text", *choices]),
+        default="text",
+        show_default=True,
+        help="text for a person; " + ", ".join(choices) + " for a program (same content).",
+    )
 
 
 def revision_option(multiple: bool = False, default_help: str = "default: all") -> Any:
-    return click.option("--revision", "revisions" if multiple else "revision", multiple=multiple,
-                        type=click.Choice(list(REVISIONS)),
-                        help=f"Gate revision{' (repeatable' if multiple else ' ('}{default_help}).")
+    return click.option(
+        "--revision",
+        "revisions" if multiple else "revision",
+        multiple=multiple,
+        type=click.Choice(list(REVISIONS)),
+        help=f"Gate revision{' (repeatable' if multiple else ' ('}{default_help}).",
+    )
 
 
 def registry_option(multiple: bool = False, default_help: str = "default: all") -> Any:
-    return click.option("--registry", "registries" if multiple else "registry", multiple=multiple,
-                        type=click.Choice(list(REGISTRY_IDS)),
-                        help=f"AITER registry{' (repeatable; ' if multiple else ' ('}{default_help}).")
+    return click.option(
+        "--registry",
+        "registries" if multiple else "registry",
+        multiple=multiple,
+        type=click.Choice(list(REGISTRY_IDS)),
+        help=f"AITER registry{' (repeatable; ' if multiple else ' ('}{default_help}).",
+    )
 
 
 def invariant_option(fn: Any) -> Any:
-    return click.option("--invariant", "invariants", multiple=True, type=click.Choice(list(INVARIANT_BY_ID)),
-                        help="Invariant to prove (repeatable; default: all).")(fn)
+    return click.option(
+        "--invariant",
+        "invariants",
+        multiple=True,
+        type=click.Choice(list(INVARIANT_BY_ID)),
+        help="Invariant to prove (repeatable; default: all).",
+    )(fn)
 
 
 def max_classes_option(fn: Any) -> Any:
-    return click.option("--max-classes", type=click.IntRange(min=1), default=10, show_default=True,
-                        help="Counterexample classes to enumerate per violated invariant.")(fn)
+    return click.option(
+        "--max-classes",
+        type=click.IntRange(min=1),
+        default=10,
+        show_default=True,
+        help="Counterexample classes to enumerate per violated invariant.",
+    )(fn)
 
 
 def timeout_option(fn: Any) -> Any:
-    return click.option("--timeout", type=Seconds(), default=DEFAULT_TIMEOUT_MS / 1000, show_default=True,
-                        help="Seconds per solver call; a timeout is UNKNOWN, never a pass.")(fn)
+    return click.option(
+        "--timeout",
+        type=Seconds(),
+        default=DEFAULT_TIMEOUT_MS / 1000,
+        show_default=True,
+        help="Seconds per solver call; a timeout is UNKNOWN, never a pass.",
+    )(fn)
 
 
 def load_revision(spec: str) -> Revision:
@@ -101,6 +132,9 @@ def load_revision(spec: str) -> Revision:
     try:
         return real_revision(release)
     except SourceError as e:
-        hint = "" if spec.startswith(RELEASE_PREFIX) or is_release(release) else \
-            f" (model revisions: {', '.join(REVISIONS)})"
+        hint = (
+            ""
+            if spec.startswith(RELEASE_PREFIX) or is_release(release)
+            else f" (model revisions: {', '.join(REVISIONS)})"
+        )
         raise BadInput(f"{e}{hint}") from None

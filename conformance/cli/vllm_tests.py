@@ -18,13 +18,27 @@ from conformance.cli.options import format_option
 
 
 @click.command("vllm-tests")
-@click.option("--vllm", "release", required=True, metavar="X",
-              help="vLLM release whose shipped tests/v1/attention/*aiter_mla* tests run (e.g. 0.28.0).")
-@click.option("--against", default=None, metavar="R",
-              help="Backend under test: a release version, a vLLM tree, or a rocm_aiter_mla.py "
-                   "(a lone file reads its helper code from X's tree).  Default: X.")
-@click.option("--arch", type=click.Choice(["gfx942", "gfx950"]), default="gfx950", show_default=True,
-              help="Arch the stub platform reports (vllm.platforms.rocm.on_gfx950/on_gfx942).")
+@click.option(
+    "--vllm",
+    "release",
+    required=True,
+    metavar="X",
+    help="vLLM release whose shipped tests/v1/attention/*aiter_mla* tests run (e.g. 0.28.0).",
+)
+@click.option(
+    "--against",
+    default=None,
+    metavar="R",
+    help="Backend under test: a release version, a vLLM tree, or a rocm_aiter_mla.py "
+    "(a lone file reads its helper code from X's tree).  Default: X.",
+)
+@click.option(
+    "--arch",
+    type=click.Choice(["gfx942", "gfx950"]),
+    default="gfx950",
+    show_default=True,
+    help="Arch the stub platform reports (vllm.platforms.rocm.on_gfx950/on_gfx942).",
+)
 @click.option("-k", "select", default=None, metavar="EXPR", help="Only the items pytest -k EXPR selects.")
 @format_option("json")
 def vllm_tests_command(release, against, arch, select, fmt) -> None:
@@ -62,10 +76,15 @@ def _print_text(r: dict[str, Any]) -> None:
     echo(f"vLLM {r['release']} shipped tests against {r['against']} ({r['arch']}, {r['wall_s']}s)")
     for f in r["files"]:
         echo(f"  {f}")
-    echo(f"items {r['items']}: passed {r['passed']}, failed {r['failed']}, errors {r['errors']}, "
-         f"skipped {r['skipped']}, not runnable {nr}")
-    for title, rows, key in (("FAILED", r["failures"], "message"), ("NOT RUNNABLE", r["not_runnable"], "reason"),
-                             ("SKIPPED", r.get("skips", []), "reason")):
+    echo(
+        f"items {r['items']}: passed {r['passed']}, failed {r['failed']}, errors {r['errors']}, "
+        f"skipped {r['skipped']}, not runnable {nr}"
+    )
+    for title, rows, key in (
+        ("FAILED", r["failures"], "message"),
+        ("NOT RUNNABLE", r["not_runnable"], "reason"),
+        ("SKIPPED", r.get("skips", []), "reason"),
+    ):
         if not rows:
             continue
         echo(f"\n{title}:")

@@ -7,8 +7,9 @@ revision is one new module that builds a :class:`Revision`.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 Rule = tuple[str, Callable[[Any], Any]]  # (name, shape -> term)
 
@@ -66,7 +67,9 @@ def divides_16(h: Any) -> Any:
 
 def is_valid_num_heads_pre_029(num_heads: Any) -> Any:
     """``AiterMLAHelper.is_valid_num_heads`` in vLLM 0.27-0.28: ``h > 0 and (h < 16 or h % 16 == 0)``."""
-    return all_of(num_heads > 0, any_of(num_heads < _AITER_MIN_MLA_HEADS, num_heads % _AITER_MIN_MLA_HEADS == 0))
+    return all_of(
+        num_heads > 0, any_of(num_heads < _AITER_MIN_MLA_HEADS, num_heads % _AITER_MIN_MLA_HEADS == 0)
+    )
 
 
 def get_actual_mla_num_heads_pre_029(num_heads: Any) -> Any:
@@ -105,7 +108,12 @@ def forward_path(gd: Any, gv: Any, persistent: Any, triton_verify: Any = False) 
     """forward_mqa's order: Gluon decode, Gluon verify, [Triton verify], else ASM."""
     return choose(
         PATHS,
-        [(gd, "gluon_decode"), (gv, "gluon_verify"), (triton_verify, "triton_verify"), (persistent, "asm_persistent")],
+        [
+            (gd, "gluon_decode"),
+            (gv, "gluon_verify"),
+            (triton_verify, "triton_verify"),
+            (persistent, "asm_persistent"),
+        ],
         "asm_nonpersistent",
     )
 
@@ -116,9 +124,22 @@ def on_gfx950(s: Any) -> Any:
     return eq(s.arch, "gfx950")
 
 
-def compose_route(s: Any, gd: Any, gv: Any, wants: Any, mtp_decode_qlen: Any, decode_heads: Any, m: Any,
-                  head_padding: Any, padded_q_heads: Any, causal: Any, gluon_batch_is_one: Any,
-                  triton_verify: Any = False, vllm_raises: Any = False, builder_gv: Any = None) -> Route:
+def compose_route(
+    s: Any,
+    gd: Any,
+    gv: Any,
+    wants: Any,
+    mtp_decode_qlen: Any,
+    decode_heads: Any,
+    m: Any,
+    head_padding: Any,
+    padded_q_heads: Any,
+    causal: Any,
+    gluon_batch_is_one: Any,
+    triton_verify: Any = False,
+    vllm_raises: Any = False,
+    builder_gv: Any = None,
+) -> Route:
     """A revision's gates composed into its Route: the builder's persistent gate ``wants and 1 <= qlen <=
     _mtp_decode_qlen``, forward_mqa's order of tests, and Gluon handed kv_scale=1.0 (every revision)."""
     qlen = s.max_qo_len
@@ -141,18 +162,34 @@ def compose_route(s: Any, gd: Any, gv: Any, wants: Any, mtp_decode_qlen: Any, de
     )
 
 
-def pre_dcp_route(s: Any, gd: Any, gv: Any, wants: Any, mtp_decode_qlen: Any, builder_gv: Any = None,
-                  head_padding: Any = None, padded_q_heads: Any = None) -> Route:
+def pre_dcp_route(
+    s: Any,
+    gd: Any,
+    gv: Any,
+    wants: Any,
+    mtp_decode_qlen: Any,
+    builder_gv: Any = None,
+    head_padding: Any = None,
+    padded_q_heads: Any = None,
+) -> Route:
     """The route of a revision before DCP (0.27, main before #51011, 0.28): the rank's own heads padded to
     ``max(h, 16)`` (by default repeat_interleave for divisors of 16, tile + slice otherwise), always causal,
     Gluon's batch of one only for a single one-token request (the verify flatten makes R*Q rows)."""
     heads, qlen = s.num_heads, s.max_qo_len
     m = get_actual_mla_num_heads_pre_029(heads)
     return compose_route(
-        s, gd, gv, wants, mtp_decode_qlen, heads, m,
+        s,
+        gd,
+        gv,
+        wants,
+        mtp_decode_qlen,
+        heads,
+        m,
         head_padding=padding_of(heads, m, divides_16(heads)) if head_padding is None else head_padding,
         padded_q_heads=m if padded_q_heads is None else padded_q_heads,
-        causal=True, gluon_batch_is_one=all_of(s.num_reqs == 1, qlen == 1), builder_gv=builder_gv,
+        causal=True,
+        gluon_batch_is_one=all_of(s.num_reqs == 1, qlen == 1),
+        builder_gv=builder_gv,
     )
 
 
@@ -161,8 +198,15 @@ def pre_dcp_revision(id: str, title: str, source: str, route: Callable[[Any, Reg
     blocks only, and AiterMLAHelper's shared helpers under vLLM's names for bind (the revision's own gates
     are found in its module)."""
     return Revision(
-        id=id, title=title, source=source, route=route, reorder_batch_threshold=reorder_batch_threshold,
-        is_valid_num_heads=is_valid_num_heads_pre_029, scope=causal_only,
-        gates={"is_valid_num_heads": is_valid_num_heads_pre_029,
-               "get_actual_mla_num_heads": get_actual_mla_num_heads_pre_029},
+        id=id,
+        title=title,
+        source=source,
+        route=route,
+        reorder_batch_threshold=reorder_batch_threshold,
+        is_valid_num_heads=is_valid_num_heads_pre_029,
+        scope=causal_only,
+        gates={
+            "is_valid_num_heads": is_valid_num_heads_pre_029,
+            "get_actual_mla_num_heads": get_actual_mla_num_heads_pre_029,
+        },
     )

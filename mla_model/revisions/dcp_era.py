@@ -14,9 +14,10 @@ revision of these files).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 from mla_model.derived import dcp_decode_heads, is_quantized_kv_cache, parallel_drafting
 from mla_model.logic import all_of, any_of, ceil_to_multiple, eq, if_then_else, implies, is_in, ne, not_
@@ -44,7 +45,9 @@ _AITER_FP8_NON_CAUSAL_QLEN2_HEADS = (32, 64, 96, 128)
 class Features:
     """What a release family adds to the 0.29.0 gates."""
 
-    causal: bool  # 0.30.0+: non-causal draft blocks (use_gluon_verify's ``causal``, the gate's ``not causal or``)
+    causal: (
+        bool  # 0.30.0+: non-causal draft blocks (use_gluon_verify's ``causal``, the gate's ``not causal or``)
+    )
     kv_bound: bool  # 0.31.0+: Gluon refused above _GLUON_MAX_KV_CACHE_BYTES per layer
     triton_verify: bool  # 0.34.0: CDNA3 causal verify past qlen 4 on vLLM's Triton kernel
     reorder_batch_threshold: Callable[[Any], Any]
@@ -65,16 +68,27 @@ def _gluon_kv_cache_in_bounds(f: Features, kv_cache_bytes: Any) -> Any:
     return kv_cache_bytes <= _GLUON_MAX_KV_CACHE_BYTES if f.kv_bound else True
 
 
-def use_gluon_decode(f: Features, num_heads: Any, max_qo_len: Any, kv_cache_dtype: Any, kv_cache_bytes: Any,
-                     s: Any) -> Any:
+def use_gluon_decode(
+    f: Features, num_heads: Any, max_qo_len: Any, kv_cache_dtype: Any, kv_cache_bytes: Any, s: Any
+) -> Any:
     """0.29.0 L1334 ... 0.34.0 L2555: 0.28.0's gate (heads/qlen, dtype guard, mode, arch, divisor), then
     [from 0.31.0] the KV bound."""
-    return all_of(vllm_028.use_gluon_decode(num_heads, max_qo_len, kv_cache_dtype, s),
-                  _gluon_kv_cache_in_bounds(f, kv_cache_bytes))
+    return all_of(
+        vllm_028.use_gluon_decode(num_heads, max_qo_len, kv_cache_dtype, s),
+        _gluon_kv_cache_in_bounds(f, kv_cache_bytes),
+    )
 
 
-def use_gluon_verify(f: Features, num_heads: Any, max_qo_len: Any, kv_cache_dtype: Any, dcp_world_size: Any,
-                     causal: Any, kv_cache_bytes: Any, s: Any) -> Any:
+def use_gluon_verify(
+    f: Features,
+    num_heads: Any,
+    max_qo_len: Any,
+    kv_cache_dtype: Any,
+    dcp_world_size: Any,
+    causal: Any,
+    kv_cache_bytes: Any,
+    s: Any,
+) -> Any:
     """0.29.0 L1356 ... 0.34.0 L2584: native 4-D Gluon MTP for [causal,] non-DCP, unquantized small-head verify."""
     return all_of(
         causal if f.causal else True,
@@ -88,8 +102,9 @@ def use_gluon_verify(f: Features, num_heads: Any, max_qo_len: Any, kv_cache_dtyp
     )
 
 
-def _asm_causal_verify_unsupported(mtp_decode_qlen: Any, kv_cache_dtype: Any, dcp_world_size: Any, m: Any,
-                                   s: Any) -> Any:
+def _asm_causal_verify_unsupported(
+    mtp_decode_qlen: Any, kv_cache_dtype: Any, dcp_world_size: Any, m: Any, s: Any
+) -> Any:
     """0.34.0 L485-506: CDNA3 has no correct ASM causal verify past qlen 4 except fp8 at 128 heads (aiter #5679)."""
     return all_of(
         dcp_world_size == 1,
@@ -108,22 +123,42 @@ def route(f: Features, s: Any, reg: Registry) -> Route:
     mtp_decode_qlen = f.reorder_batch_threshold(s)  # self.reorder_batch_threshold or 1
     gd = use_gluon_decode(f, heads, qlen, dtype, s.kv_cache_bytes, s)
     gv = use_gluon_verify(f, heads, qlen, dtype, s.dcp_world_size, causal, s.kv_cache_bytes, s)
-    use_triton_verify = all_of(
-        _asm_causal_verify_unsupported(mtp_decode_qlen, dtype, s.dcp_world_size, m, s), causal, not_(gv), qlen > 4,
-    ) if f.triton_verify else False
+    use_triton_verify = (
+        all_of(
+            _asm_causal_verify_unsupported(mtp_decode_qlen, dtype, s.dcp_world_size, m, s),
+            causal,
+            not_(gv),
+            qlen > 4,
+        )
+        if f.triton_verify
+        else False
+    )
     wants = all_of(  # the DCP route is PLAIN at dcp 1 (0.29.0 L1037, 0.34.0 L2044)
         not_(gd),
         not_(gv),
         not_(use_triton_verify),
         any_of(not_(causal), heads >= 16, qlen <= ASM_PADDED_MAX_PS_QLEN, fp8),
     )
-    raises = all_of(not_(causal), qlen == 2, fp8, not_(is_in(m, _AITER_FP8_NON_CAUSAL_QLEN2_HEADS))) \
-        if f.causal else False  # 0.30.0 L1153-1170 (sources §29): "AITER has no non-causal fp8 MLA kernel"
+    raises = (
+        all_of(not_(causal), qlen == 2, fp8, not_(is_in(m, _AITER_FP8_NON_CAUSAL_QLEN2_HEADS)))
+        if f.causal
+        else False
+    )  # 0.30.0 L1153-1170 (sources §29): "AITER has no non-causal fp8 MLA kernel"
     return compose_route(
-        s, gd, gv, wants, mtp_decode_qlen, heads, m, head_padding=padding_of(heads, m, divides_padded(heads, m)),
-        padded_q_heads=m, causal=causal,
+        s,
+        gd,
+        gv,
+        wants,
+        mtp_decode_qlen,
+        heads,
+        m,
+        head_padding=padding_of(heads, m, divides_padded(heads, m)),
+        padded_q_heads=m,
+        causal=causal,
         gluon_batch_is_one=s.num_reqs == 1,  # native 4-D MTP: one batch row per request
-        triton_verify=use_triton_verify, vllm_raises=raises, builder_gv=gv,
+        triton_verify=use_triton_verify,
+        vllm_raises=raises,
+        builder_gv=gv,
     )
 
 
@@ -134,10 +169,14 @@ def scope(f: Features, reg: Registry) -> list[Rule]:
     ]
     if not f.causal:
         return rules + causal_only(reg)
-    return rules + [(
-        "non-causal blocks only where supports_non_causal (gfx950, AITER takes causal=) for parallel drafters",
-        lambda s: implies(not_(s.causal), all_of(eq(s.arch, "gfx950"), reg.lookup_takes_causal, parallel_drafting(s))),
-    )]
+    return rules + [
+        (
+            "non-causal blocks only where supports_non_causal (gfx950, AITER takes causal=) for parallel drafters",
+            lambda s: implies(
+                not_(s.causal), all_of(eq(s.arch, "gfx950"), reg.lookup_takes_causal, parallel_drafting(s))
+            ),
+        )
+    ]
 
 
 def make_revision(id: str, title: str, source: str, f: Features) -> Revision:

@@ -44,8 +44,13 @@ def use_gluon_verify(num_heads: Any, max_qo_len: Any, s: Any) -> Any:
 
 def route(s: Any, reg: Registry) -> Route:
     heads, qlen = s.num_heads, s.max_qo_len
-    return pre_dcp_route(s, use_gluon_decode(heads, qlen, s), use_gluon_verify(heads, qlen, s),
-                         wants=heads >= 16, mtp_decode_qlen=whitelist_mtp_decode_qlen(s))
+    return pre_dcp_route(
+        s,
+        use_gluon_decode(heads, qlen, s),
+        use_gluon_verify(heads, qlen, s),
+        wants=heads >= 16,
+        mtp_decode_qlen=whitelist_mtp_decode_qlen(s),
+    )
 
 
 REVISION = pre_dcp_revision(

@@ -39,7 +39,11 @@ def route(s: Any, reg: Registry) -> Route:
     mtp_decode_qlen = whitelist_mtp_decode_qlen(s)  # L231-238
     wants = heads >= 16  # L657
     return pre_dcp_route(
-        s, gd, gv, wants, mtp_decode_qlen,
+        s,
+        gd,
+        gv,
+        wants,
+        mtp_decode_qlen,
         head_padding=choose(HEAD_PADDINGS, [(heads >= 16, "none")], "repeat_interleave"),
         padded_q_heads=if_then_else(heads >= 16, heads, lookup_int(heads, _REPEAT_INTERLEAVE_HEADS, heads)),
     )

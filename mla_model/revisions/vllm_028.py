@@ -52,8 +52,11 @@ def builder_kv_cache_dtype(s: Any) -> Any:
     """``self._kv_cache_dtype_str``: fp8_e4m3 and fp8_e5m2 become "fp8"."""
     return choose(
         KV_CACHE_DTYPES,
-        [(is_quantized_kv_cache(s.kv_cache_dtype), "fp8"), (eq(s.kv_cache_dtype, "float16"), "float16"),
-         (eq(s.kv_cache_dtype, "bfloat16"), "bfloat16")],
+        [
+            (is_quantized_kv_cache(s.kv_cache_dtype), "fp8"),
+            (eq(s.kv_cache_dtype, "float16"), "float16"),
+            (eq(s.kv_cache_dtype, "bfloat16"), "bfloat16"),
+        ],
         "auto",
     )
 

@@ -12,7 +12,10 @@ from mla_model.derived import reorder_batch_threshold
 from mla_model.revisions.dcp_era import Features, make_revision
 
 REVISION = make_revision(
-    "vllm-0.29", "vLLM 0.29.0 (DCP-aware gates), non-DCP paths",
+    "vllm-0.29",
+    "vLLM 0.29.0 (DCP-aware gates), non-DCP paths",
     "vllm==0.29.0 rocm_aiter_mla.py (md5 65caab10), L422, L1037, L1334, L1356",
-    Features(causal=False, kv_bound=False, triton_verify=False, reorder_batch_threshold=reorder_batch_threshold),
+    Features(
+        causal=False, kv_bound=False, triton_verify=False, reorder_batch_threshold=reorder_batch_threshold
+    ),
 )

@@ -10,7 +10,10 @@ from mla_model.derived import reorder_batch_threshold
 from mla_model.revisions.dcp_era import Features, make_revision
 
 REVISION = make_revision(
-    "vllm-0.30", "vLLM 0.30.0 (non-causal draft blocks), non-DCP paths",
+    "vllm-0.30",
+    "vLLM 0.30.0 (non-causal draft blocks), non-DCP paths",
     "vllm==0.30.0 rocm_aiter_mla.py (md5 d2ff8ef6), L512, L1134, L1474, L1496",
-    Features(causal=True, kv_bound=False, triton_verify=False, reorder_batch_threshold=reorder_batch_threshold),
+    Features(
+        causal=True, kv_bound=False, triton_verify=False, reorder_batch_threshold=reorder_batch_threshold
+    ),
 )

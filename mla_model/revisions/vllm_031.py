@@ -12,7 +12,10 @@ from mla_model.derived import reorder_batch_threshold_031
 from mla_model.revisions.dcp_era import Features, make_revision
 
 REVISION = make_revision(
-    "vllm-0.31", "vLLM 0.31.0 / 0.32.0 (2 GiB Gluon bound), non-DCP paths",
+    "vllm-0.31",
+    "vLLM 0.31.0 / 0.32.0 (2 GiB Gluon bound), non-DCP paths",
     "vllm==0.31.0 rocm_aiter_mla.py (md5 dc21e273), L657, L1360, L1727, L1756",
-    Features(causal=True, kv_bound=True, triton_verify=False, reorder_batch_threshold=reorder_batch_threshold_031),
+    Features(
+        causal=True, kv_bound=True, triton_verify=False, reorder_batch_threshold=reorder_batch_threshold_031
+    ),
 )

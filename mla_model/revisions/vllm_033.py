@@ -9,7 +9,10 @@ from mla_model.derived import reorder_batch_threshold_031
 from mla_model.revisions.dcp_era import Features, make_revision
 
 REVISION = make_revision(
-    "vllm-0.33", "vLLM 0.33.0 (row-view DCP verify), non-DCP paths",
+    "vllm-0.33",
+    "vLLM 0.33.0 (row-view DCP verify), non-DCP paths",
     "vllm==0.33.0 rocm_aiter_mla.py (md5 6aeae043), L871, L1694, L2129, L2158",
-    Features(causal=True, kv_bound=True, triton_verify=False, reorder_batch_threshold=reorder_batch_threshold_031),
+    Features(
+        causal=True, kv_bound=True, triton_verify=False, reorder_batch_threshold=reorder_batch_threshold_031
+    ),
 )

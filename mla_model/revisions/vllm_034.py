@@ -12,7 +12,10 @@ from mla_model.derived import reorder_batch_threshold_034
 from mla_model.revisions.dcp_era import Features, make_revision
 
 REVISION = make_revision(
-    "vllm-0.34", "vLLM 0.34.0 (newest release), non-DCP paths",
+    "vllm-0.34",
+    "vLLM 0.34.0 (newest release), non-DCP paths",
     "vllm==0.34.0 rocm_aiter_mla.py (md5 f39fa31e), L1122, L2044, L2555, L2584",
-    Features(causal=True, kv_bound=True, triton_verify=True, reorder_batch_threshold=reorder_batch_threshold_034),
+    Features(
+        causal=True, kv_bound=True, triton_verify=True, reorder_batch_threshold=reorder_batch_threshold_034
+    ),
 )

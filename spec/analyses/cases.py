@@ -32,8 +32,9 @@ minimised to a unique value).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 import z3
 
@@ -42,10 +43,24 @@ from mla_model.decision import decide
 from mla_model.shape import FIELD_BY_NAME, GIB, Shape
 from spec.proof.invariants import INVARIANTS
 from spec.proof.prover import (
-    MINIMISE_ORDER, UNKNOWN, VIOLATED, Problem, ProverDisagreement, canonical_model, check, minimise_in_order, problem,
+    MINIMISE_ORDER,
+    UNKNOWN,
+    VIOLATED,
+    Problem,
+    ProverDisagreement,
+    canonical_model,
+    check,
+    minimise_in_order,
+    problem,
 )
 from spec.proof.terms import (
-    SymbolicShape, as_z3, atoms_of, box_constraints, describe_atom, fields_of, shape_pins,
+    SymbolicShape,
+    as_z3,
+    atoms_of,
+    box_constraints,
+    describe_atom,
+    fields_of,
+    shape_pins,
 )
 
 # The routing decisions whose conditions MC/DC covers, by Route field (vLLM's names in the comments).
@@ -107,24 +122,37 @@ class _Pair:
         finally:
             s.pop()
 
-    def _find(self, s: z3.Solver, constraints: Iterable[Any], moved: tuple[str, ...]) -> tuple[Shape, Shape] | None:
+    def _find(
+        self, s: z3.Solver, constraints: Iterable[Any], moved: tuple[str, ...]
+    ) -> tuple[Shape, Shape] | None:
         s.add(*constraints)
         s.add(*[self.a[n] == self.b[n] for n in self.a if n not in moved])
         answer = s.check()
         if answer == z3.unknown:
-            raise SolverGaveUp(f"z3 gave up on a pair ({s.reason_unknown()}): the cases would depend on "
-                                     "the machine's speed")
+            raise SolverGaveUp(
+                f"z3 gave up on a pair ({s.reason_unknown()}): the cases would depend on the machine's speed"
+            )
         if answer == z3.unsat:
             return None
         ints = [n for n in moved if FIELD_BY_NAME[n].kind == "int"]
-        distance = z3.Sum([z3.If(self.a[n] >= self.b[n], self.a[n] - self.b[n], self.b[n] - self.a[n])
-                           for n in ints]) if ints else z3.IntVal(0)
-        objectives = [(distance, 0)] + [(self.a[n], FIELD_BY_NAME[n].minimum) for n in MINIMISE_ORDER] + [
-            (self.b[n], FIELD_BY_NAME[n].minimum) for n in MINIMISE_ORDER if n in moved]
+        distance = (
+            z3.Sum(
+                [z3.If(self.a[n] >= self.b[n], self.a[n] - self.b[n], self.b[n] - self.a[n]) for n in ints]
+            )
+            if ints
+            else z3.IntVal(0)
+        )
+        objectives = (
+            [(distance, 0)]
+            + [(self.a[n], FIELD_BY_NAME[n].minimum) for n in MINIMISE_ORDER]
+            + [(self.b[n], FIELD_BY_NAME[n].minimum) for n in MINIMISE_ORDER if n in moved]
+        )
         model = minimise_in_order(s, objectives) and canonical_model(s, self.a)
         if model is None:
             raise SolverGaveUp("z3 gave up minimising a pair: the cases would depend on the machine's speed")
-        return self.p.symbolic.to_shape(model), SymbolicShape(self.p.symbolic.view, self.b, []).to_shape(model)
+        return self.p.symbolic.to_shape(model), SymbolicShape(self.p.symbolic.view, self.b, []).to_shape(
+            model
+        )
 
 
 def _decision_terms(p: Problem) -> list[tuple[str, Any]]:
@@ -151,17 +179,30 @@ def mcdc_pairs(p: Problem) -> Iterable[tuple[str, Shape, Shape]]:
     """
     pair = _Pair(p)
     for decision, term in _decision_terms(p):
-        atoms = [Atom(t, f, describe_atom(t, f, p.symbolic.variables))
-                 for t in atoms_of(term) if (f := fields_of(t))]
+        atoms = [
+            Atom(t, f, describe_atom(t, f, p.symbolic.variables))
+            for t in atoms_of(term)
+            if (f := fields_of(t))
+        ]
         for atom in atoms:
             flips = [atom.term, z3.Not(pair.primed(atom.term)), term != pair.primed(term)]
-            others = [o.term == pair.primed(o.term) for o in atoms if o is not atom and set(o.fields) & set(atom.fields)]
-            context = [o for o in atoms if o is not atom and not set(o.fields) & set(atom.fields)
-                       and all(FIELD_BY_NAME[f].discrete for f in o.fields)]
+            others = [
+                o.term == pair.primed(o.term)
+                for o in atoms
+                if o is not atom and set(o.fields) & set(atom.fields)
+            ]
+            context = [
+                o
+                for o in atoms
+                if o is not atom
+                and not set(o.fields) & set(atom.fields)
+                and all(FIELD_BY_NAME[f].discrete for f in o.fields)
+            ]
             # Masking MC/DC: the coupled conditions may move, but at both shapes this condition alone
             # must decide the outcome (flipping it, all else held, flips the decision).
             determining = z3.substitute(term, (atom.term, z3.BoolVal(True))) != z3.substitute(
-                term, (atom.term, z3.BoolVal(False)))
+                term, (atom.term, z3.BoolVal(False))
+            )
             masking = [determining, pair.primed(determining)]
             for style, extra in (("unique-cause", others), ("masking", masking)):
                 if style == "masking" and not others:
@@ -173,8 +214,10 @@ def mcdc_pairs(p: Problem) -> Iterable[tuple[str, Shape, Shape]]:
                         break
                     where = [(o, z3.is_true(term_value(o.term, found[0], p))) for o in context]
                     label = ", ".join(dict.fromkeys(o.text for o, v in where if v)) or "none of them"
-                    yield (f"mcdc {decision}: {atom.text} ({style}" + (f"; context {label})" if seen else ")"),
-                           *found)
+                    yield (
+                        f"mcdc {decision}: {atom.text} ({style}" + (f"; context {label})" if seen else ")"),
+                        *found,
+                    )
                     seen.append(z3.And(*[o.term == z3.BoolVal(v) for o, v in where]))
                 if seen:
                     break
@@ -198,17 +241,37 @@ def _thresholds(pair: _Pair) -> list[tuple[str, tuple[str, ...], list[Any]]]:
         # A divisor of 16 and a non-divisor: repeat_interleave against tile padding where the step pads.
         ("divisor | non-divisor heads (8 | 12)", ("num_heads",), [a["num_heads"] == 8, b["num_heads"] == 12]),
         ("decode | verify (qlen 1 | 2)", ("max_qo_len",), [a["max_qo_len"] == 1, b["max_qo_len"] == 2]),
-        ("_ASM_PADDED_MAX_PS_QLEN (qlen 4 | 5)", ("max_qo_len",), [a["max_qo_len"] == 4, b["max_qo_len"] == 5]),
-        ("_mtp_decode_qlen and one past it", ("max_qo_len",),
-         [a["max_qo_len"] == t_a, b["max_qo_len"] == t_a + 1]),
+        (
+            "_ASM_PADDED_MAX_PS_QLEN (qlen 4 | 5)",
+            ("max_qo_len",),
+            [a["max_qo_len"] == 4, b["max_qo_len"] == 5],
+        ),
+        (
+            "_mtp_decode_qlen and one past it",
+            ("max_qo_len",),
+            [a["max_qo_len"] == t_a, b["max_qo_len"] == t_a + 1],
+        ),
         ("batch 1 | 2", ("num_reqs",), [a["num_reqs"] == 1, b["num_reqs"] == 2]),
         ("batch 2 | 32", ("num_reqs",), [a["num_reqs"] == 2, b["num_reqs"] == 32]),
-        ("2 GiB KV bound", ("kv_cache_bytes",), [a["kv_cache_bytes"] == 2 * GIB, b["kv_cache_bytes"] == 2 * GIB + 1]),
+        (
+            "2 GiB KV bound",
+            ("kv_cache_bytes",),
+            [a["kv_cache_bytes"] == 2 * GIB, b["kv_cache_bytes"] == 2 * GIB + 1],
+        ),
     ]
     for method in ("mtp", "eagle", "dflash"):  # whitelisted, serial and parallel drafters
-        out.append((f"reorder_batch_threshold with {method} (qlen = RBT | RBT - 1)", ("max_qo_len",),
-                    [a["spec_method"] == spec.index(method), a["num_spec_tokens"] >= 1,
-                     a["max_qo_len"] == rbt_a, b["max_qo_len"] == rbt_a - 1]))
+        out.append(
+            (
+                f"reorder_batch_threshold with {method} (qlen = RBT | RBT - 1)",
+                ("max_qo_len",),
+                [
+                    a["spec_method"] == spec.index(method),
+                    a["num_spec_tokens"] >= 1,
+                    a["max_qo_len"] == rbt_a,
+                    b["max_qo_len"] == rbt_a - 1,
+                ],
+            )
+        )
     return out
 
 
@@ -216,14 +279,19 @@ def threshold_pairs(p: Problem) -> Iterable[tuple[str, Shape, Shape]]:
     """Both sides of each threshold, for each arch and for a bf16 and an fp8 cache; a route change preferred."""
     pair = _Pair(p)
     route = p.decision.route
-    pinned = [as_z3(getattr(route, n)) for n in ("path", "use_persistent_metadata", "mtp_decode_qlen", "head_padding")]
+    pinned = [
+        as_z3(getattr(route, n))
+        for n in ("path", "use_persistent_metadata", "mtp_decode_qlen", "head_padding")
+    ]
     differs = z3.Or(*[t != pair.primed(t) for t in pinned])
     kv = FIELD_BY_NAME["kv_cache_dtype"].values
     for label, moved, constraints in _thresholds(pair):
         for arch_code, arch in enumerate(FIELD_BY_NAME["arch"].values):
             for kv_name in ("auto", "fp8"):
                 context = [pair.a["arch"] == arch_code, pair.a["kv_cache_dtype"] == kv.index(kv_name)]
-                found = pair.find(constraints + context + [differs], moved) or pair.find(constraints + context, moved)
+                found = pair.find(constraints + context + [differs], moved) or pair.find(
+                    constraints + context, moved
+                )
                 if found:
                     yield f"threshold {label}", *found
 
@@ -235,8 +303,20 @@ def route_signature(p: Problem) -> list[Any]:
     """What a replay on a GPU tells apart: the data path and what the kernel is asked for and finds."""
     d, v = p.decision, p.symbolic.variables
     r, a = d.route, d.asm
-    return [as_z3(t) for t in (r.path, r.head_padding, r.request.q_dtype, r.request.kv_dtype, a.ps, a.gqa, a.qseqlen,
-                             a.row_found, r.gluon_batch_is_one)] + [v["arch"]]
+    return [
+        as_z3(t)
+        for t in (
+            r.path,
+            r.head_padding,
+            r.request.q_dtype,
+            r.request.kv_dtype,
+            a.ps,
+            a.gqa,
+            a.qseqlen,
+            a.row_found,
+            r.gluon_batch_is_one,
+        )
+    ] + [v["arch"]]
 
 
 def route_witnesses(p: Problem, max_routes: int) -> Iterable[tuple[str, Shape]]:
@@ -261,8 +341,10 @@ def route_witnesses(p: Problem, max_routes: int) -> Iterable[tuple[str, Shape]]:
             return
         values = [s.model().eval(t, model_completion=True) for t in signature]
         same = z3.And(*[t == value for t, value in zip(signature, values)])
-        for label, objectives in (("smallest", [(v[n], FIELD_BY_NAME[n].minimum) for n in MINIMISE_ORDER]),
-                                  ("largest", largest)):
+        for label, objectives in (
+            ("smallest", [(v[n], FIELD_BY_NAME[n].minimum) for n in MINIMISE_ORDER]),
+            ("largest", largest),
+        ):
             s.push()
             s.add(same)
             model = s.check() == z3.sat and minimise_in_order(s, objectives) and canonical_model(s, v)
@@ -317,8 +399,15 @@ def generate(revision: str, registry: str = "aiter-0.1.20", routes: int = 0) -> 
             raise ValueError(f"case id {cid} names two shapes: {by_id[cid][0]} and {shape}")
         by_id.setdefault(cid, (shape, []))[1].append(origin)
     return [
-        Case(cid, shape, expected_route(p.revision, p.registry, shape), "; ".join(dict.fromkeys(origins)),
-             p.revision.id, p.registry.id, case_seed(cid))
+        Case(
+            cid,
+            shape,
+            expected_route(p.revision, p.registry, shape),
+            "; ".join(dict.fromkeys(origins)),
+            p.revision.id,
+            p.registry.id,
+            case_seed(cid),
+        )
         for cid, (shape, origins) in by_id.items()
     ]
 

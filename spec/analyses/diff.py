@@ -81,17 +81,25 @@ from mla_model.registry import NO_KERNEL, Registry, asm_lookup, kernel_names, re
 from mla_model.revisions.base import Revision
 from mla_model.route import ASM_PATHS, PATHS, KernelRequest, Route
 from mla_model.shape import ARCHS, FIELD_BY_NAME, FIELDS, Q_DTYPES, Shape
+from spec.analyses.regions import Box, summarise
 from spec.analyses.shape_grid import (
-    Grid, build_grid, compiled, count_valid, decode_value, default_codes, relevant_rule, value_classes,
+    Grid,
+    build_grid,
+    compiled,
+    count_valid,
+    decode_value,
+    default_codes,
+    relevant_rule,
+    value_classes,
 )
 from spec.proof.prover import SMALLEST_FIRST, Problem, problem
-from spec.proof.terms import as_z3
-from spec.analyses.regions import Box, summarise
-from spec.proof.terms import box_constraints
+from spec.proof.terms import as_z3, box_constraints
 
 RAISES = "vllm_raises"
 ROUTE_PATHS = (*PATHS, RAISES)
-UNCHANGED = "unchanged"  # a region's kernel where each shape keeps its own (so the change is not split by kernel)
+UNCHANGED = (
+    "unchanged"  # a region's kernel where each shape keeps its own (so the change is not split by kernel)
+)
 _NOT_ASM, _UNCHANGED = -1, -2  # kernel codes: off the ASM paths; the same kernel in both revisions
 # _mtp_decode_qlen against reorder_batch_threshold, on asm_persistent (None elsewhere).
 SIZINGS = (None, "below", "at", "above")
@@ -119,8 +127,11 @@ def route_key(route: Route, kernel: Any, names: tuple[str, ...], threshold: Any)
     path = if_then_else(runs, _code(route.path, PATHS), ROUTE_PATHS.index(RAISES))
     kernel = if_then_else(all_of(runs, is_in(route.path, ASM_PATHS)), _code(kernel, names), _NOT_ASM)
     T = route.mtp_decode_qlen
-    sizing = if_then_else(T < threshold, SIZINGS.index("below"), if_then_else(T == threshold, SIZINGS.index("at"),
-                                                                                SIZINGS.index("above")))
+    sizing = if_then_else(
+        T < threshold,
+        SIZINGS.index("below"),
+        if_then_else(T == threshold, SIZINGS.index("at"), SIZINGS.index("above")),
+    )
     metadata = if_then_else(all_of(runs, eq(route.path, "asm_persistent")), sizing, SIZINGS.index(None))
     return path, kernel, metadata
 
@@ -131,17 +142,24 @@ class RouteKey:
 
     path: str
     kernel: str | None  # None off the ASM paths or where AITER has none (on an ASM path); or UNCHANGED
-    metadata: str | None  # on asm_persistent: _mtp_decode_qlen "below", "at" or "above" reorder_batch_threshold
+    metadata: (
+        str | None
+    )  # on asm_persistent: _mtp_decode_qlen "below", "at" or "above" reorder_batch_threshold
 
     @classmethod
-    def decode(cls, codes: tuple[Any, Any, Any], names: tuple[str, ...]) -> "RouteKey":
+    def decode(cls, codes: tuple[Any, Any, Any], names: tuple[str, ...]) -> RouteKey:
         path, kernel, metadata = (int(c) for c in codes)
         name = UNCHANGED if kernel == _UNCHANGED else None if kernel == _NOT_ASM else names[kernel]
         return cls(ROUTE_PATHS[path], None if name == NO_KERNEL else name, SIZINGS[metadata])
 
     def encode(self, names: tuple[str, ...]) -> tuple[int, int, int]:
-        kernel = (_NOT_ASM if self.path not in ASM_PATHS else _UNCHANGED if self.kernel == UNCHANGED
-                  else names.index(self.kernel or NO_KERNEL))
+        kernel = (
+            _NOT_ASM
+            if self.path not in ASM_PATHS
+            else _UNCHANGED
+            if self.kernel == UNCHANGED
+            else names.index(self.kernel or NO_KERNEL)
+        )
         return ROUTE_PATHS.index(self.path), kernel, SIZINGS.index(self.metadata)
 
     def detail(self) -> str:
@@ -192,8 +210,10 @@ class Region:
             "new_route": self.new_route.to_json(),
             "shapes": self.shapes,
             "new_route_taken": self.new_route_taken,
-            "where": {name: [list(v) if isinstance(v, tuple) else v for v in values]
-                      for name, values in self.where.items()},
+            "where": {
+                name: [list(v) if isinstance(v, tuple) else v for v in values]
+                for name, values in self.where.items()
+            },
             "example": self.example.to_json(),
         }
 
@@ -241,39 +261,73 @@ def _numeric_route(revision: Revision, reg: Registry, grid: Grid) -> Route:
     """The route on the grid; terms a revision answers in z3 (lifted real code) are evaluated on the grid."""
     route = revision.route(grid.view, reg)
     req = route.request
-    values = [route.path, route.vllm_raises, route.mtp_decode_qlen, req.q_dtype, req.kv_dtype, req.padded_heads,
-              req.kernel_qlen, req.persistent, req.causal]
+    values = [
+        route.path,
+        route.vllm_raises,
+        route.mtp_decode_qlen,
+        req.q_dtype,
+        req.kv_dtype,
+        req.padded_heads,
+        req.kernel_qlen,
+        req.persistent,
+        req.causal,
+    ]
     symbolic = [i for i, v in enumerate(values) if z3.is_expr(v.term if isinstance(v, EnumTerm) else v)]
     done = grid.evaluate([values[i].term if isinstance(values[i], EnumTerm) else values[i] for i in symbolic])
     for i, value in zip(symbolic, done):
         values[i] = EnumTerm(values[i].values, value) if isinstance(values[i], EnumTerm) else value
     path, raises, qlen, *request = values
-    return replace(route, path=path, vllm_raises=raises, mtp_decode_qlen=qlen, request=KernelRequest(*request))
+    return replace(
+        route, path=path, vllm_raises=raises, mtp_decode_qlen=qlen, request=KernelRequest(*request)
+    )
 
 
-def _kernel_on_grid(reg: Registry, names: tuple[str, ...], arch: Any, req: KernelRequest, num_reqs: Any) -> EnumTerm:
+def _kernel_on_grid(
+    reg: Registry, names: tuple[str, ...], arch: Any, req: KernelRequest, num_reqs: Any
+) -> EnumTerm:
     """resolved_kernel for every cell, evaluated once per distinct request and gathered back."""
-    parts = [(arch, ARCHS), (req.q_dtype, Q_DTYPES), (req.kv_dtype, KERNEL_KV_DTYPES), (req.padded_heads, None),
-             (req.kernel_qlen, None), (req.persistent, (False, True)), (req.causal, (False, True)), (num_reqs, None)]
+    parts = [
+        (arch, ARCHS),
+        (req.q_dtype, Q_DTYPES),
+        (req.kv_dtype, KERNEL_KV_DTYPES),
+        (req.padded_heads, None),
+        (req.kernel_qlen, None),
+        (req.persistent, (False, True)),
+        (req.causal, (False, True)),
+        (num_reqs, None),
+    ]
     domains, flat = [], np.zeros((), dtype=np.int64)
     for value, values in parts:
-        codes = np.asarray(value.term if isinstance(value, EnumTerm) else
-                           values.index(value) if isinstance(value, str) else value).astype(np.int64)
+        codes = np.asarray(
+            value.term
+            if isinstance(value, EnumTerm)
+            else values.index(value)
+            if isinstance(value, str)
+            else value
+        ).astype(np.int64)
         domain = np.arange(len(values)) if values else np.unique(codes)
         flat = flat * len(domain) + (codes if values else np.searchsorted(domain, codes))
         domains.append(domain)
     used = np.flatnonzero(np.bincount(flat.ravel(), minlength=1))
     point = [d[i] for d, i in zip(domains, np.unravel_index(used, [len(d) for d in domains]))]
     t_arch = EnumTerm(ARCHS, point[0])
-    t_req = KernelRequest(EnumTerm(Q_DTYPES, point[1]), EnumTerm(KERNEL_KV_DTYPES, point[2]), point[3], point[4],
-                          point[5].astype(bool), point[6].astype(bool))
+    t_req = KernelRequest(
+        EnumTerm(Q_DTYPES, point[1]),
+        EnumTerm(KERNEL_KV_DTYPES, point[2]),
+        point[3],
+        point[4],
+        point[5].astype(bool),
+        point[6].astype(bool),
+    )
     kernel = resolved_kernel(reg, t_arch, t_req, asm_lookup(reg, t_arch, t_req, point[7]))
     table = np.full(int(flat.max()) + 1, -1, dtype=np.int16)
     table[used] = kernel.term if isinstance(kernel, EnumTerm) else names.index(kernel)
     return EnumTerm(names, table[flat])
 
 
-def _labels(keys: list[tuple[Any, Any, Any]], n_names: int, shape: tuple[int, ...]) -> tuple[np.ndarray, list]:
+def _labels(
+    keys: list[tuple[Any, Any, Any]], n_names: int, shape: tuple[int, ...]
+) -> tuple[np.ndarray, list]:
     """Each cell's change as a label (0: none), and per label its (old, new) key codes.
 
     A kernel both revisions use for a cell is coded _UNCHANGED in both, so that a change of path
@@ -283,10 +337,18 @@ def _labels(keys: list[tuple[Any, Any, Any]], n_names: int, shape: tuple[int, ..
     (p0, k0, m0), (p1, k1, m1) = keys
     same = (k0 == k1) & (k0 >= 0) & (k0 != n_names - 1)  # a kernel (not NO_KERNEL, the last name) kept
     width = n_names + 2
-    old = np.broadcast_to((np.asarray(p0, np.int16) * len(SIZINGS) + np.asarray(m0, np.int16)) * width
-                          + np.where(same, _UNCHANGED, k0).astype(np.int16) + 2, shape)
-    new = np.broadcast_to((np.asarray(p1, np.int16) * len(SIZINGS) + np.asarray(m1, np.int16)) * width
-                          + np.where(same, _UNCHANGED, k1).astype(np.int16) + 2, shape)
+    old = np.broadcast_to(
+        (np.asarray(p0, np.int16) * len(SIZINGS) + np.asarray(m0, np.int16)) * width
+        + np.where(same, _UNCHANGED, k0).astype(np.int16)
+        + 2,
+        shape,
+    )
+    new = np.broadcast_to(
+        (np.asarray(p1, np.int16) * len(SIZINGS) + np.asarray(m1, np.int16)) * width
+        + np.where(same, _UNCHANGED, k1).astype(np.int16)
+        + 2,
+        shape,
+    )
     span = len(ROUTE_PATHS) * len(SIZINGS) * width
     pair = old.astype(np.int32) * span + new
     seen = np.zeros(span * span, dtype=bool)
@@ -319,11 +381,12 @@ def diff(old: Revision, new: Revision, reg: Registry, timeout_ms: int = 30_000) 
     variables = p_old.symbolic.variables
     old_rules, new_rules = (
         [relevant_rule(as_z3(term), variables) for _, term in p.revision.validity(p.symbolic.view, reg)]
-        for p in (p_old, p_new))
+        for p in (p_old, p_new)
+    )
     rules = list({t.get_id(): (t, reads) for t, reads in old_rules + new_rules}.values())
     key_terms = [t for key in symbolic_keys for t in key]
     program = compiled(key_terms + [t for t, _ in rules])
-    key_fields = set().union(*[program.fields[r] for r in program.roots[:len(key_terms)]])
+    key_fields = set().union(*[program.fields[r] for r in program.roots[: len(key_terms)]])
     classes = value_classes(program)
     grid = build_grid(key_fields, rules, classes)
 
@@ -334,18 +397,38 @@ def diff(old: Revision, new: Revision, reg: Registry, timeout_ms: int = 30_000) 
         keys.append(route_key(route, kernel, names, revision.reorder_batch_threshold(grid.view)))
     labels, changes = _labels(keys, len(names), grid.shape)
     boxes = summarise([c.axis() for c in grid.components], labels) if changes else []
-    regions = [_region(box, grid, labels, tuple(RouteKey.decode(c, names) for c in changes[box.label - 1]))
-               for box in boxes]
-    regions.sort(key=lambda r: (ROUTE_PATHS.index(r.old_route.path), ROUTE_PATHS.index(r.new_route.path),
-                                r.old_route.text(), r.new_route.text(), -r.shapes))
+    regions = [
+        _region(box, grid, labels, tuple(RouteKey.decode(c, names) for c in changes[box.label - 1]))
+        for box in boxes
+    ]
+    regions.sort(
+        key=lambda r: (
+            ROUTE_PATHS.index(r.old_route.path),
+            ROUTE_PATHS.index(r.new_route.path),
+            r.old_route.text(),
+            r.new_route.text(),
+            -r.shapes,
+        )
+    )
     for r in regions:
         _rerun(old, new, reg, r)
     confirmed = _confirm_with_z3(p_old, p_new, symbolic_keys, regions, names, timeout_ms)
     ids = {t.get_id() for t, _ in rules}
-    only = [0 if {t.get_id() for t, _ in own} == ids else count_valid(own, classes) - grid.shapes
-            for own in (old_rules, new_rules)]
-    return Diff(old, new, reg.id, regions, grid.shapes, *only, tuple(f.name for f in FIELDS if f.name in key_fields),
-                confirmed, time.perf_counter() - start)
+    only = [
+        0 if {t.get_id() for t, _ in own} == ids else count_valid(own, classes) - grid.shapes
+        for own in (old_rules, new_rules)
+    ]
+    return Diff(
+        old,
+        new,
+        reg.id,
+        regions,
+        grid.shapes,
+        *only,
+        tuple(f.name for f in FIELDS if f.name in key_fields),
+        confirmed,
+        time.perf_counter() - start,
+    )
 
 
 def _region(box: Box, grid: Grid, labels: np.ndarray, change: tuple[RouteKey, RouteKey]) -> Region:
@@ -371,11 +454,17 @@ def _rerun(old: Revision, new: Revision, reg: Registry, region: Region) -> None:
     if not (old.is_valid(s, reg) and new.is_valid(s, reg)):
         raise DiffDisagreement(f"{s} of region {region.constraint!r} is not valid under both revisions")
     seen = (concrete_key(old, reg, s), concrete_key(new, reg, s))
-    if seen[0].path in ASM_PATHS and seen[1].path in ASM_PATHS and seen[0].kernel == seen[1].kernel is not None:
+    if (
+        seen[0].path in ASM_PATHS
+        and seen[1].path in ASM_PATHS
+        and seen[0].kernel == seen[1].kernel is not None
+    ):
         seen = tuple(replace(key, kernel=UNCHANGED) for key in seen)
     if seen != (region.old_route, region.new_route):
-        raise DiffDisagreement(f"{s}: Python says {seen[0].text()} -> {seen[1].text()}, the grid "
-                               f"{region.old_route.text()} -> {region.new_route.text()}")
+        raise DiffDisagreement(
+            f"{s}: Python says {seen[0].text()} -> {seen[1].text()}, the grid "
+            f"{region.old_route.text()} -> {region.new_route.text()}"
+        )
 
 
 def _where_z3(where: dict[str, tuple], variables: dict[str, Any]) -> Any:
@@ -400,8 +489,14 @@ def _change_is(old_key: list[Any], new_key: list[Any], region: Region, names: tu
     return z3.And(*same, old_key[1] == ko, new_key[1] == kn)
 
 
-def _confirm_with_z3(p_old: Problem, p_new: Problem, keys: list[list[Any]], regions: list[Region],
-                     names: tuple[str, ...], timeout_ms: int) -> bool:
+def _confirm_with_z3(
+    p_old: Problem,
+    p_new: Problem,
+    keys: list[list[Any]],
+    regions: list[Region],
+    names: tuple[str, ...],
+    timeout_ms: int,
+) -> bool:
     """Prove within the box: each region holds only its change, and every changed shape is in a region.
 
     True when proved; False when z3 answers unknown in time; a counterexample raises DiffDisagreement.

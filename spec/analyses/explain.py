@@ -21,15 +21,26 @@ from mla_model.registry import Registry, resolved_kernel
 from mla_model.revisions.base import Revision
 from mla_model.route import HEAD_PADDINGS, PATHS
 from mla_model.shape import FIELDS, Q_DTYPES, Shape
-from spec.proof.invariants import INVARIANTS
 from spec.analyses.cases import term_value
-from spec.proof.terms import as_z3, atoms_of, describe_atom, fields_of, free_constants, is_membership
+from spec.proof.invariants import INVARIANTS
 from spec.proof.prover import problem
-from spec.proof.terms import shape_pins
+from spec.proof.terms import (
+    as_z3,
+    atoms_of,
+    describe_atom,
+    fields_of,
+    free_constants,
+    is_membership,
+    shape_pins,
+)
 
 
 def _plain(value: Any) -> Any:
-    return value if isinstance(value, (str, type(None))) else (bool(value) if isinstance(value, bool) else int(value))
+    return (
+        value
+        if isinstance(value, (str, type(None)))
+        else (bool(value) if isinstance(value, bool) else int(value))
+    )
 
 
 def why_not_persistent(revision: Revision, registry: Registry, shape: Shape) -> list[str]:
@@ -74,16 +85,28 @@ def explain(revision: Revision, registry: Registry, shape: Shape) -> dict[str, A
         "block_n_key_ok": bool(a.block_n_key_ok),
         "head_fold_assert": bool(a.fold_error),
         "aiter_check_fails": bool(a.check_error),
-        "key": {"q_type": r.request.q_dtype, "kv_type": r.request.kv_dtype, "gqa": int(a.gqa),
-                "ps": int(bool(a.ps)), "qseqlen": int(a.qseqlen), "causal": int(bool(a.causal))},
+        "key": {
+            "q_type": r.request.q_dtype,
+            "kv_type": r.request.kv_dtype,
+            "gqa": int(a.gqa),
+            "ps": int(bool(a.ps)),
+            "qseqlen": int(a.qseqlen),
+            "causal": int(bool(a.causal)),
+        },
         "kernel": resolved_kernel(registry, shape.arch, r.request, a),
         "gluon": {f.name: bool(getattr(d.gluon, f.name)) for f in fields(d.gluon)},
     }
     invariants = {}
     for inv in INVARIANTS:
         holds = bool(inv.holds(d))
-        invariants[inv.id] = {"holds": holds, **({} if holds else {
-            "symptom": inv.describe(d, registry), "violated": violated_conjuncts(inv, d)})}
+        invariants[inv.id] = {
+            "holds": holds,
+            **(
+                {}
+                if holds
+                else {"symptom": inv.describe(d, registry), "violated": violated_conjuncts(inv, d)}
+            ),
+        }
     out = {
         "revision": revision.id,
         "registry": registry.id,
@@ -151,10 +174,15 @@ def violated_conjuncts(inv: Any, d: Decision) -> dict[str, list[str]]:
     Returns ``{"given": [...], "violated": [...]}``, both empty when the invariant holds.
     """
     leaves: dict[str, tuple[Any, Any]] = {}
-    shape_view = SimpleNamespace(**{f.name: _leaf(f"shape.{f.name}", getattr(d.shape, f.name), leaves)
-                                    for f in FIELDS})
-    named = Decision(shape=shape_view, route=_named("route", d.route, leaves), asm=_named("asm", d.asm, leaves),
-                     gluon=_named("gluon", d.gluon, leaves))
+    shape_view = SimpleNamespace(
+        **{f.name: _leaf(f"shape.{f.name}", getattr(d.shape, f.name), leaves) for f in FIELDS}
+    )
+    named = Decision(
+        shape=shape_view,
+        route=_named("route", d.route, leaves),
+        asm=_named("asm", d.asm, leaves),
+        gluon=_named("gluon", d.gluon, leaves),
+    )
     formula = as_z3(inv.holds(named))
     pins = list(leaves.values())
     given: list[str] = []
@@ -205,7 +233,9 @@ def _describe(t: Any, value: Any, want: bool, given: bool = False) -> str:
     members = t.children() if is_membership(t) else [t] if z3.is_eq(t) else []
     if members and z3.is_const(members[0].arg(0)) and str(members[0].arg(0)) in _ENUM_DOMAINS:
         name = str(members[0].arg(0))
-        targets = " or ".join(_ENUM_DOMAINS[name][m.arg(1).as_long()] for m in members if z3.is_int_value(m.arg(1)))
+        targets = " or ".join(
+            _ENUM_DOMAINS[name][m.arg(1).as_long()] for m in members if z3.is_int_value(m.arg(1))
+        )
         return f"{name} = {values[name]}" + ("" if given else f" (needs {'' if want else 'not '}{targets})")
     text = " ".join(str(t).split())
     shown = ", ".join(f"{n}={v}" for n, v in values.items())

@@ -27,6 +27,7 @@ import z3
 
 from mla_model.decision import Decision, decide
 from mla_model.derived import kernel_kv_dtype
+from mla_model.failures import FAILURE_BY_KIND, failure_kind
 from mla_model.registry import NO_KERNEL, Registry, resolved_kernel
 from mla_model.revisions.base import Revision
 from mla_model.route import ASM_PATHS, GLUON_PATHS, PATHS
@@ -34,7 +35,6 @@ from mla_model.shape import FIELD_BY_NAME, FP8_KV_CACHE_DTYPES, GIB, Shape
 from spec.proof.prover import Problem, canonical_model, problem
 from spec.proof.terms import as_z3, free_constants
 from spec.proof.verdict import DEFAULT_TIMEOUT_MS
-from mla_model.failures import FAILURE_BY_KIND, failure_kind
 
 # forward_mqa's gate for each path (vLLM's names; use_triton_verify is 0.34's local).
 DECISIONS = {
@@ -49,14 +49,25 @@ GLUON_BF16, GLUON_FP8, TRITON = "gluon_kernel_bf16_kv", "gluon_kernel_fp8_kv", "
 # scale (Route.kv_scale_passed), so an fp8 cache there is read unscaled (fp8-never-reaches-gluon).
 FIXED_LEAVES = {
     GLUON_BF16: ("kernel", "Gluon kernel (mla_gluon), bf16 KV", "kv bf16: mla_gluon bh16bn64"),
-    GLUON_FP8: ("failure", "Gluon kernel, fp8 KV read with kv_scale=1.0 (silent NaN, #51011)",
-                "kv fp8: mla_gluon bh16bn128, unscaled"),
+    GLUON_FP8: (
+        "failure",
+        "Gluon kernel, fp8 KV read with kv_scale=1.0 (silent NaN, #51011)",
+        "kv fp8: mla_gluon bh16bn128, unscaled",
+    ),
     TRITON: ("kernel", "vLLM Triton MLA verify kernel", "vLLM's Triton verify (CDNA3)"),
 }
 _SHORT = {
-    "num_heads": "heads", "max_qo_len": "qlen", "kv_cache_dtype": "kv", "q_dtype": "q", "asm_padding_mode": "mode",
-    "spec_method": "drafter", "num_spec_tokens": "k", "dcp_world_size": "dcp", "num_reqs": "reqs",
-    "kv_cache_bytes": "kv bytes", "gluon_build": "gluon build",
+    "num_heads": "heads",
+    "max_qo_len": "qlen",
+    "kv_cache_dtype": "kv",
+    "q_dtype": "q",
+    "asm_padding_mode": "mode",
+    "spec_method": "drafter",
+    "num_spec_tokens": "k",
+    "dcp_world_size": "dcp",
+    "num_reqs": "reqs",
+    "kv_cache_bytes": "kv bytes",
+    "gluon_build": "gluon build",
 }
 _FLIP = {"<": "≥", "≤": ">", ">": "≤", "≥": "<", "==": "≠", "≠": "=="}
 
@@ -95,7 +106,11 @@ class ConditionText:
         if kind == z3.Z3_OP_NOT:
             inner = t.arg(0)
             op = _comparison(inner)
-            return f"{self(inner.arg(0), False)}{_FLIP[op]}{self(inner.arg(1), False)}" if op else f"¬{self(inner, False)}"
+            return (
+                f"{self(inner.arg(0), False)}{_FLIP[op]}{self(inner.arg(1), False)}"
+                if op
+                else f"¬{self(inner, False)}"
+            )
         if op := _comparison(t):
             return f"{self(t.arg(0), False)}{op}{self(t.arg(1), False)}"
         if kind == z3.Z3_OP_ITE:
@@ -109,7 +124,9 @@ class ConditionText:
         if kind == z3.Z3_OP_ADD:
             return "(" + " + ".join(self(c, False) for c in t.children()) + ")"
         if kind == z3.Z3_OP_MUL:
-            return "·".join(self(c, False) for c in t.children() if not (z3.is_int_value(c) and c.as_long() == 1))
+            return "·".join(
+                self(c, False) for c in t.children() if not (z3.is_int_value(c) and c.as_long() == 1)
+            )
         if t.get_id() in self.field_of:
             return _SHORT.get(self.field_of[t.get_id()], self.field_of[t.get_id()])
         return str(t)
@@ -128,7 +145,9 @@ class ConditionText:
             if what == "enum":
                 parts.append(self._members(join(*members), self._enum_field(members[0])))
             elif what == "eq" and len(members) > 1:
-                parts.append(f"{self(members[0].arg(0), False)}∈{{{','.join(str(c.arg(1)) for c in members)}}}")
+                parts.append(
+                    f"{self(members[0].arg(0), False)}∈{{{','.join(str(c.arg(1)) for c in members)}}}"
+                )
             else:
                 parts.extend(self(c, False) for c in members)
         if zero in parts:
@@ -151,7 +170,9 @@ class ConditionText:
         """The values of enumeration field ``name`` for which ``t`` holds, as the shortest reading."""
         values = FIELD_BY_NAME[name].values
         var = self.variables[name]
-        holds = [v for i, v in enumerate(values) if z3.is_true(z3.simplify(z3.substitute(t, (var, z3.IntVal(i)))))]
+        holds = [
+            v for i, v in enumerate(values) if z3.is_true(z3.simplify(z3.substitute(t, (var, z3.IntVal(i)))))
+        ]
         rest = [v for v in values if v not in holds]
         short = _SHORT.get(name, name)
         if not rest or not holds:
@@ -162,7 +183,9 @@ class ConditionText:
             return holds[0]
         if len(holds) == 1 or len(rest) == 1:
             return f"{short}={holds[0]}" if len(holds) == 1 else f"{short}≠{rest[0]}"
-        return f"{short}∈{{{','.join(holds)}}}" if len(holds) <= len(rest) else f"{short}∉{{{','.join(rest)}}}"
+        return (
+            f"{short}∈{{{','.join(holds)}}}" if len(holds) <= len(rest) else f"{short}∉{{{','.join(rest)}}}"
+        )
 
 
 def _flat(t: Any, kind: int) -> list[Any]:
@@ -185,8 +208,11 @@ def _comparison(t: Any) -> str | None:
 def _essential(conjuncts: list[Any], earlier: list[Any], solver: z3.Solver) -> list[Any]:
     """The conjuncts a reader needs: drop those that restate an earlier decision's "no" (``¬use_gluon_decode``
     inside the persistent gate) and those the engine's validity rules and the kept conjuncts imply."""
-    kept = [c for c in conjuncts
-            if not (z3.is_not(c) and any(_check(solver, z3.Xor(c, no)) == z3.unsat for no in earlier))]
+    kept = [
+        c
+        for c in conjuncts
+        if not (z3.is_not(c) and any(_check(solver, z3.Xor(c, no)) == z3.unsat for no in earlier))
+    ]
     for c in list(kept):
         others = [o for o in kept if not o.eq(c)]
         if _check(solver, *others, z3.Not(c)) == z3.unsat:
@@ -257,8 +283,13 @@ def _leaf_terms(d: Decision, path: str) -> list[Any]:
     s, a = d.shape, d.asm
     failure = failure_kind(d)
     ok = failure.term == failure.code("none")
-    detail = ([s.q_dtype, d.route.request.kv_dtype, a.gqa, a.ps, a.qseqlen, a.causal] if path in ASM_PATHS else
-              [kernel_kv_dtype(s)] if path in GLUON_PATHS else [])
+    detail = (
+        [s.q_dtype, d.route.request.kv_dtype, a.gqa, a.ps, a.qseqlen, a.causal]
+        if path in ASM_PATHS
+        else [kernel_kv_dtype(s)]
+        if path in GLUON_PATHS
+        else []
+    )
 
     def held(t: Any) -> Any:
         t = as_z3(t)
@@ -276,11 +307,27 @@ def _leaf_node(d: Decision, leaf: str) -> tuple[dict[str, Any], str]:
     req, a = d.route.request, d.asm
     what, arch, rest = leaf.split(":", 2)
     if what == "failure":
-        return {"kind": "failure", "label": f"{arch}: {FAILURE_BY_KIND[rest].label}", "arch": arch}, f"{arch} ∧ {rest}"
-    lookup = {"q": req.q_dtype, "kv": req.kv_dtype, "gqa": int(a.gqa), "qseqlen": int(a.qseqlen),
-              "ps": int(bool(a.ps)), "causal": int(bool(a.causal))}
+        return {
+            "kind": "failure",
+            "label": f"{arch}: {FAILURE_BY_KIND[rest].label}",
+            "arch": arch,
+        }, f"{arch} ∧ {rest}"
+    lookup = {
+        "q": req.q_dtype,
+        "kv": req.kv_dtype,
+        "gqa": int(a.gqa),
+        "qseqlen": int(a.qseqlen),
+        "ps": int(bool(a.ps)),
+        "causal": int(bool(a.causal)),
+    }
     key = ", ".join(f"{k}' {v}" if k not in ("q", "kv") else f"{k} {v}" for k, v in lookup.items())
-    return {"kind": "kernel", "label": rest, "arch": arch, "key": key, "lookup": lookup}, f"AITER key {arch}: {key}"
+    return {
+        "kind": "kernel",
+        "label": rest,
+        "arch": arch,
+        "key": key,
+        "lookup": lookup,
+    }, f"AITER key {arch}: {key}"
 
 
 # --- the graph ---------------------------------------------------------------------------
@@ -306,10 +353,13 @@ def routing_graph(revision: str | Revision, registry: str | Registry) -> nx.DiGr
     d, reg = p.decision, p.registry
     solver = _solver(p)
     route = d.route
-    text = ConditionText(p.symbolic.variables, {
-        as_z3(route.decode_heads).get_id(): "heads",
-        as_z3(route.request.padded_heads).get_id(): "padded heads",
-    })
+    text = ConditionText(
+        p.symbolic.variables,
+        {
+            as_z3(route.decode_heads).get_id(): "heads",
+            as_z3(route.request.padded_heads).get_id(): "padded heads",
+        },
+    )
     g = nx.DiGraph(revision=p.revision.id, registry=reg.id, title=p.revision.title, problem=p)
     path_is = {name: route.path.term == route.path.code(name) for name in PATHS}
 
@@ -347,8 +397,10 @@ def routing_graph(revision: str | Revision, registry: str | Registry) -> nx.DiGr
                 where = (path_is[path], *[t == v for t, v in zip(terms, values)])
                 g.add_edge(path, leaf, kind="leaf", condition=condition, witness=shape, where=where)
     g.graph["asm_kernels"] = {
-        arch: (len({n for n, a in g.nodes.items() if a["kind"] == "kernel" and a.get("arch") == arch}),
-               len({r.name for r in reg.kernels if r.arch == arch and r.lse == 0 and r.cprr == 0}))
+        arch: (
+            len({n for n, a in g.nodes.items() if a["kind"] == "kernel" and a.get("arch") == arch}),
+            len({r.name for r in reg.kernels if r.arch == arch and r.lse == 0 and r.cprr == 0}),
+        )
         for arch in FIELD_BY_NAME["arch"].values
     }
     _propagate(g)
@@ -384,7 +436,11 @@ def _confirmed(p: Problem, shape: Shape, path: str) -> Decision:
 
 def _first_reached(g: nx.DiGraph, n: str) -> tuple[str, str] | None:
     """The leaf edge a path or leaf takes its witness from: the first reached of its leaf edges."""
-    edges = [(n, v) for v in g.successors(n)] if g.nodes[n]["kind"] == "path" else [(u, n) for u in g.predecessors(n)]
+    edges = (
+        [(n, v) for v in g.successors(n)]
+        if g.nodes[n]["kind"] == "path"
+        else [(u, n) for u in g.predecessors(n)]
+    )
     return next((e for e in edges if g.edges[e]["witness"] is not None), None)
 
 
@@ -397,12 +453,17 @@ def _propagate(g: nx.DiGraph) -> None:
             a["witness"] = g.edges[edge]["witness"] if edge else None
     for path, gate in DECISIONS.items():
         g.nodes[gate]["witness"] = next(
-            (g.nodes[q]["witness"] for q in PATHS[PATHS.index(path):] if g.nodes[q]["witness"] is not None), None)
+            (g.nodes[q]["witness"] for q in PATHS[PATHS.index(path) :] if g.nodes[q]["witness"] is not None),
+            None,
+        )
     for a in g.nodes.values():
         a["reachable"] = a["witness"] is not None
     for (u, v), a in g.edges.items():
-        a["reachable"] = g.nodes[u]["reachable"] and g.nodes[v]["reachable"] and (
-            a["witness"] is not None if a["kind"] == "leaf" else True)
+        a["reachable"] = (
+            g.nodes[u]["reachable"]
+            and g.nodes[v]["reachable"]
+            and (a["witness"] is not None if a["kind"] == "leaf" else True)
+        )
 
 
 def graph_json(g: nx.DiGraph) -> dict[str, Any]:
@@ -413,10 +474,22 @@ def graph_json(g: nx.DiGraph) -> dict[str, Any]:
         "revision": g.graph["revision"],
         "registry": g.graph["registry"],
         "nodes": [
-            {"id": n, "kind": g.nodes[n]["kind"], "reachable": g.nodes[n]["reachable"], "label": g.nodes[n]["label"],
-             "witness": g.nodes[n]["witness"].to_json() if g.nodes[n]["witness"] is not None else None}
+            {
+                "id": n,
+                "kind": g.nodes[n]["kind"],
+                "reachable": g.nodes[n]["reachable"],
+                "label": g.nodes[n]["label"],
+                "witness": g.nodes[n]["witness"].to_json() if g.nodes[n]["witness"] is not None else None,
+            }
             for n in sorted(g.nodes, key=order)
         ],
-        "edges": [{"from": u, "to": v, "condition": g.edges[u, v]["condition"], "reachable": g.edges[u, v]["reachable"]}
-                  for u, v in sorted(g.edges, key=lambda e: (order(e[0]), order(e[1])))],
+        "edges": [
+            {
+                "from": u,
+                "to": v,
+                "condition": g.edges[u, v]["condition"],
+                "reachable": g.edges[u, v]["reachable"],
+            }
+            for u, v in sorted(g.edges, key=lambda e: (order(e[0]), order(e[1])))
+        ],
     }

@@ -53,7 +53,14 @@ REGIONS = (*HELPER_FUNCTIONS, GATE, QLEN)
 # EQUIVALENT there says nothing (head padding is the model's; get_mla_padded_q takes tensors).
 NOT_LIFTED = frozenset({"get_mla_padded_q"})
 
-_ROR = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq}
+_ROR = {
+    ast.Lt: ast.LtE,
+    ast.LtE: ast.Lt,
+    ast.Gt: ast.GtE,
+    ast.GtE: ast.Gt,
+    ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq,
+}
 _SYMBOL = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
 
 
@@ -77,23 +84,31 @@ class Mutant:
         return f"{self.function}:{self.line}"
 
     def apply(self, original: bytes) -> str:
-        return (original[:self.start] + self.replacement.encode() + original[self.end:]).decode()
+        return (original[: self.start] + self.replacement.encode() + original[self.end :]).decode()
 
 
 def _regions(tree: ast.Module) -> list[tuple[str, ast.AST]]:
     classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
     if HELPER not in classes or BUILDER not in classes:
         raise MutationError(f"no class {HELPER} or {BUILDER}")
-    methods = {c: {f.name: f for f in classes[c].body if isinstance(f, ast.FunctionDef)} for c in (HELPER, BUILDER)}
+    methods = {
+        c: {f.name: f for f in classes[c].body if isinstance(f, ast.FunctionDef)} for c in (HELPER, BUILDER)
+    }
     out: list[tuple[str, ast.AST]] = []
     for name in HELPER_FUNCTIONS:
         if name not in methods[HELPER]:
             raise MutationError(f"no {HELPER}.{name}")
         out.append((name, methods[HELPER][name]))
-    for method, name, target in (("_build_decode", GATE, lambda t: isinstance(t, ast.Name) and t.id == GATE),
-                                 ("__init__", QLEN, lambda t: isinstance(t, ast.Attribute) and t.attr == QLEN)):
+    for method, name, target in (
+        ("_build_decode", GATE, lambda t: isinstance(t, ast.Name) and t.id == GATE),
+        ("__init__", QLEN, lambda t: isinstance(t, ast.Attribute) and t.attr == QLEN),
+    ):
         fn = methods[BUILDER].get(method)
-        found = [n for n in ast.walk(fn) if isinstance(n, ast.Assign) and any(target(t) for t in n.targets)] if fn else []
+        found = (
+            [n for n in ast.walk(fn) if isinstance(n, ast.Assign) and any(target(t) for t in n.targets)]
+            if fn
+            else []
+        )
         if len(found) != 1:
             raise MutationError(f"{BUILDER}.{method}: {len(found)} assignments to {name}, expected 1")
         out.append((name, found[0].value))
@@ -110,34 +125,70 @@ def _variants(region: str, root: ast.AST, node: ast.AST, parent: dict[int, ast.A
     """(operator, variant, mutated node, what) for one node."""
     if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _ROR:
         op = type(node.ops[0])
-        yield "ror", None, ast.Compare(node.left, [_ROR[op]()], node.comparators), \
-            f"{_SYMBOL[op]} -> {_SYMBOL[_ROR[op]]}"
+        yield (
+            "ror",
+            None,
+            ast.Compare(node.left, [_ROR[op]()], node.comparators),
+            f"{_SYMBOL[op]} -> {_SYMBOL[_ROR[op]]}",
+        )
     if isinstance(node, ast.BoolOp):
         name = "and" if isinstance(node.op, ast.And) else "or"
         for k in range(len(node.values)):
-            rest = node.values[:k] + node.values[k + 1:]
-            yield "drop", str(k), rest[0] if len(rest) == 1 else ast.BoolOp(node.op, rest), \
-                f"drop operand {k} of `{name}`: {ast.unparse(node.values[k])}"
-        yield "andor", None, ast.BoolOp(ast.Or() if name == "and" else ast.And(), node.values), \
-            f"`{name}` -> `{'or' if name == 'and' else 'and'}`"
+            rest = node.values[:k] + node.values[k + 1 :]
+            yield (
+                "drop",
+                str(k),
+                rest[0] if len(rest) == 1 else ast.BoolOp(node.op, rest),
+                f"drop operand {k} of `{name}`: {ast.unparse(node.values[k])}",
+            )
+        yield (
+            "andor",
+            None,
+            ast.BoolOp(ast.Or() if name == "and" else ast.And(), node.values),
+            f"`{name}` -> `{'or' if name == 'and' else 'and'}`",
+        )
     p = parent.get(id(node))
-    condition = (isinstance(p, ast.If) and p.test is node) or (node is root and region == GATE) or (
-        isinstance(p, ast.Return) and isinstance(node, (ast.BoolOp, ast.Compare, ast.UnaryOp)))
+    condition = (
+        (isinstance(p, ast.If) and p.test is node)
+        or (node is root and region == GATE)
+        or (isinstance(p, ast.Return) and isinstance(node, (ast.BoolOp, ast.Compare, ast.UnaryOp)))
+    )
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-        yield "negate", None, node.operand, f"`not {ast.unparse(node.operand)}` -> `{ast.unparse(node.operand)}`"
+        yield (
+            "negate",
+            None,
+            node.operand,
+            f"`not {ast.unparse(node.operand)}` -> `{ast.unparse(node.operand)}`",
+        )
     elif condition and not (isinstance(node, ast.Compare) and isinstance(node.ops[0], (ast.Eq, ast.NotEq))):
         # (negating `a == b` is ror's `a != b`: one mutant, not two)
         # the gate's whole value starts where its first operand does: "whole" keeps the ids apart
-        yield "negate", "whole" if node is root else None, ast.UnaryOp(ast.Not(), node), \
-            f"negate `{ast.unparse(node)}`"
-    if (isinstance(node, ast.Constant) and type(node.value) is int
-            and isinstance(p, (ast.Compare, ast.BoolOp))):
+        yield (
+            "negate",
+            "whole" if node is root else None,
+            ast.UnaryOp(ast.Not(), node),
+            f"negate `{ast.unparse(node)}`",
+        )
+    if (
+        isinstance(node, ast.Constant)
+        and type(node.value) is int
+        and isinstance(p, (ast.Compare, ast.BoolOp))
+    ):
         for d in (1, -1):
-            yield "const", f"{d:+d}", ast.Constant(node.value + d), f"constant {node.value} -> {node.value + d}"
+            yield (
+                "const",
+                f"{d:+d}",
+                ast.Constant(node.value + d),
+                f"constant {node.value} -> {node.value + d}",
+            )
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("max", "min"):
         other = "min" if node.func.id == "max" else "max"
-        yield "minmax", None, ast.Call(ast.Name(other, ast.Load()), node.args, node.keywords), \
-            f"{node.func.id}(...) -> {other}(...)"
+        yield (
+            "minmax",
+            None,
+            ast.Call(ast.Name(other, ast.Load()), node.args, node.keywords),
+            f"{node.func.id}(...) -> {other}(...)",
+        )
 
 
 def _offsets(text: str) -> list[int]:
@@ -162,9 +213,16 @@ def generate(text: str) -> list[Mutant]:
                 start = lines[node.lineno - 1] + node.col_offset
                 end = lines[node.end_lineno - 1] + node.end_col_offset
                 mid = f"/{operator}/L{node.lineno}.{node.col_offset}" + (f"/{variant}" if variant else "")
-                m = Mutant(region + mid, region, operator, node.lineno,
-                           what[:120], start, end,
-                           f"({ast.unparse(ast.fix_missing_locations(new))})")
+                m = Mutant(
+                    region + mid,
+                    region,
+                    operator,
+                    node.lineno,
+                    what[:120],
+                    start,
+                    end,
+                    f"({ast.unparse(ast.fix_missing_locations(new))})",
+                )
                 mutated = m.apply(original)
                 if mutated == text:
                     continue

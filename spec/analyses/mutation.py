@@ -45,18 +45,32 @@ from spec.proof.verdict import DEFAULT_TIMEOUT_MS, UNKNOWN, Verdict
 REVISION_ID = "vllm-0.28"
 REGISTRY_ID = "aiter-0.1.20"
 # bind's route fields plus the padded head count (get_actual_mla_num_heads sizes the ASM output buffer)
-EQUIVALENCE_FIELDS = ("path", "use_gluon_decode", "use_gluon_verify", "use_persistent_metadata",
-                      "wants_persistent_metadata", "mtp_decode_qlen", "decode_heads", "padded_q_heads")
+EQUIVALENCE_FIELDS = (
+    "path",
+    "use_gluon_decode",
+    "use_gluon_verify",
+    "use_persistent_metadata",
+    "wants_persistent_metadata",
+    "mtp_decode_qlen",
+    "decode_heads",
+    "padded_q_heads",
+)
 
 
 @dataclass(frozen=True)
 class MutantResult:
     mutant: Mutant
-    generated_killers: tuple[str, ...]  # ids of generated cases on which the executed mutant disagrees with the model
+    generated_killers: tuple[
+        str, ...
+    ]  # ids of generated cases on which the executed mutant disagrees with the model
     shipped_killers: tuple[str, ...]  # shipped test items that failed or errored on the mutant
     equivalent: bool | Verdict  # True (proved), False, or UNKNOWN
-    symbolic: str = ""  # the lifted comparison in one word: EQUIVALENT, DIFFERENT, UNKNOWN, UNSUPPORTED, NOT_LIFTED
-    notes: tuple[str, ...] = ()  # a harness or test run that could not complete (counted as a kill, said here)
+    symbolic: str = (
+        ""  # the lifted comparison in one word: EQUIVALENT, DIFFERENT, UNKNOWN, UNSUPPORTED, NOT_LIFTED
+    )
+    notes: tuple[
+        str, ...
+    ] = ()  # a harness or test run that could not complete (counted as a kill, said here)
 
     @property
     def killed_by_generated(self) -> bool:
@@ -73,11 +87,17 @@ class MutantResult:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "id": self.mutant.id, "site": self.mutant.site, "operator": self.mutant.operator,
+            "id": self.mutant.id,
+            "site": self.mutant.site,
+            "operator": self.mutant.operator,
             "description": self.mutant.description,
-            "killed_by_generated": self.killed_by_generated, "generated_killers": list(self.generated_killers),
-            "killed_by_shipped": self.killed_by_shipped, "shipped_killers": list(self.shipped_killers),
-            "equivalent": self.equivalent, "symbolic": self.symbolic, "notes": list(self.notes),
+            "killed_by_generated": self.killed_by_generated,
+            "generated_killers": list(self.generated_killers),
+            "killed_by_shipped": self.killed_by_shipped,
+            "shipped_killers": list(self.shipped_killers),
+            "equivalent": self.equivalent,
+            "symbolic": self.symbolic,
+            "notes": list(self.notes),
         }
 
 
@@ -93,7 +113,10 @@ class MutationReport:
 
     def totals(self) -> dict[str, int]:
         r = self.results
-        gen, ship = {x.mutant.id for x in r if x.killed_by_generated}, {x.mutant.id for x in r if x.killed_by_shipped}
+        gen, ship = (
+            {x.mutant.id for x in r if x.killed_by_generated},
+            {x.mutant.id for x in r if x.killed_by_shipped},
+        )
         return {
             "mutants": len(r),
             "killed_by_generated": len(gen),
@@ -104,15 +127,25 @@ class MutationReport:
             "killed_by_neither": len(r) - len(gen | ship),
             "equivalent": sum(x.equivalent is True for x in r),
             "unknown": sum(x.equivalent == UNKNOWN for x in r),
-            "survive_generated_not_equivalent": sum(x.survives_generated and x.equivalent is False for x in r),
+            "survive_generated_not_equivalent": sum(
+                x.survives_generated and x.equivalent is False for x in r
+            ),
             "survive_generated_unknown": sum(x.survives_generated and x.equivalent == UNKNOWN for x in r),
         }
 
     def to_json(self) -> dict[str, Any]:
-        return {"release": self.release, "revision": REVISION_ID, "registry": REGISTRY_ID,
-                "generated_cases": self.generated_cases, "shipped_items": self.shipped_items,
-                "seconds": round(self.seconds, 1), "workers": self.workers, "baseline": self.baseline,
-                "totals": self.totals(), "mutants": [r.to_json() for r in self.results]}
+        return {
+            "release": self.release,
+            "revision": REVISION_ID,
+            "registry": REGISTRY_ID,
+            "generated_cases": self.generated_cases,
+            "shipped_items": self.shipped_items,
+            "seconds": round(self.seconds, 1),
+            "workers": self.workers,
+            "baseline": self.baseline,
+            "totals": self.totals(),
+            "mutants": [r.to_json() for r in self.results],
+        }
 
 
 # --- one mutant -------------------------------------------------------------------------------
@@ -124,8 +157,12 @@ def _generated_killers(file: Path, tree: Path, cases: list[Case]) -> tuple[tuple
     from spec.realcode.executed.harness import HarnessError, ReleaseCode
 
     try:
-        d = differential(ReleaseCode(str(file), file, tree), get_revision(REVISION_ID), [c.shape for c in cases],
-                         REGISTRY_ID)
+        d = differential(
+            ReleaseCode(str(file), file, tree),
+            get_revision(REVISION_ID),
+            [c.shape for c in cases],
+            REGISTRY_ID,
+        )
     except HarnessError as e:
         return ("<harness>",), (f"harness: {e}",)
     by_shape: dict[str, str] = {_key(c.shape.to_json()): c.id for c in cases}
@@ -155,8 +192,14 @@ def prove_equivalence(mutant: Mutant, file: Path, timeout_ms: int) -> tuple[bool
     if mutant.function in NOT_LIFTED:
         return UNKNOWN, "NOT_LIFTED"
     try:
-        rows = symbolic_comparison(real_revision(str(file)), real_revision(RELEASE), REGISTRY_ID,
-                                   max_differences=1, timeout_ms=timeout_ms, fields=EQUIVALENCE_FIELDS)
+        rows = symbolic_comparison(
+            real_revision(str(file)),
+            real_revision(RELEASE),
+            REGISTRY_ID,
+            max_differences=1,
+            timeout_ms=timeout_ms,
+            fields=EQUIVALENCE_FIELDS,
+        )
     except Exception as e:  # noqa: BLE001  (a mutant the lifting cannot read is an open question, not a proof)
         return UNKNOWN, f"UNSUPPORTED ({type(e).__name__})"
     verdicts = {r.verdict for r in rows}
@@ -167,8 +210,13 @@ def prove_equivalence(mutant: Mutant, file: Path, timeout_ms: int) -> tuple[bool
     return UNKNOWN, "UNKNOWN" if "UNKNOWN" in verdicts else "UNSUPPORTED"
 
 
-def run_mutant(mutant: Mutant, original: str, cases: list[Case], timeout_ms: int = DEFAULT_TIMEOUT_MS,
-               equivalence: bool = True) -> MutantResult:
+def run_mutant(
+    mutant: Mutant,
+    original: str,
+    cases: list[Case],
+    timeout_ms: int = DEFAULT_TIMEOUT_MS,
+    equivalence: bool = True,
+) -> MutantResult:
     """The three verdicts for one mutant (its file lives in a scratch shadow tree while it runs)."""
     with tempfile.TemporaryDirectory(prefix="mla-spec-mutant-") as scratch:
         tree = Path(scratch) / "tree"
@@ -208,16 +256,26 @@ def baseline(cases: list[Case]) -> dict[str, Any]:
 
     d = differential(release_code(RELEASE), get_revision(REVISION_ID), [c.shape for c in cases], REGISTRY_ID)
     s = run_shipped_tests(RELEASE)
-    return {"generated_disagreements": len(d.disagreements), "shipped_items": s["items"], "shipped_passed": s["passed"],
-            "shipped_failed": s["failed"] + s["errors"], "shipped_not_runnable": len(s["not_runnable"])}
+    return {
+        "generated_disagreements": len(d.disagreements),
+        "shipped_items": s["items"],
+        "shipped_passed": s["passed"],
+        "shipped_failed": s["failed"] + s["errors"],
+        "shipped_not_runnable": len(s["not_runnable"]),
+    }
 
 
 class BaselineError(RuntimeError):
     """The unmutated release already fails a suite: no kill would mean anything."""
 
 
-def score(cases: list[Case] | None = None, select: list[str] | None = None, workers: int | None = None,
-          timeout_ms: int = DEFAULT_TIMEOUT_MS, equivalence: bool = True) -> MutationReport:
+def score(
+    cases: list[Case] | None = None,
+    select: list[str] | None = None,
+    workers: int | None = None,
+    timeout_ms: int = DEFAULT_TIMEOUT_MS,
+    equivalence: bool = True,
+) -> MutationReport:
     """Every mutant (or those whose id is in ``select``) against our cases and the shipped tests."""
     start = time.perf_counter()
     original, mutants = release_mutants(RELEASE)
@@ -237,5 +295,6 @@ def score(cases: list[Case] | None = None, select: list[str] | None = None, work
     else:
         with ProcessPoolExecutor(workers) as pool:
             results = list(pool.map(_worker, jobs))
-    return MutationReport(RELEASE, tuple(results), len(cases), base["shipped_items"], time.perf_counter() - start,
-                          workers, base)
+    return MutationReport(
+        RELEASE, tuple(results), len(cases), base["shipped_items"], time.perf_counter() - start, workers, base
+    )

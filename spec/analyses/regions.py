@@ -38,15 +38,33 @@ from mla_model.shape import FIELD_BY_NAME, GIB
 
 # How a constraint names a field (the words of shape_summary in conformance/cli/render/text.py).
 LABELS = {
-    "kv_cache_dtype": "kv", "q_dtype": "q", "num_heads": "heads", "max_qo_len": "qlen", "spec_method": "drafter",
-    "num_spec_tokens": "k", "dcp_world_size": "dcp", "asm_padding_mode": "mode", "num_reqs": "reqs",
+    "kv_cache_dtype": "kv",
+    "q_dtype": "q",
+    "num_heads": "heads",
+    "max_qo_len": "qlen",
+    "spec_method": "drafter",
+    "num_spec_tokens": "k",
+    "dcp_world_size": "dcp",
+    "asm_padding_mode": "mode",
+    "num_reqs": "reqs",
     "kv_cache_bytes": "kv_bytes",
 }
 # The order fields are written in; reversed, the order in which an implied one is left out
 # (a drafter's qlen bound before the drafter, the dtype before the arch).
 READING_ORDER = (
-    "arch", "kv_cache_dtype", "q_dtype", "num_heads", "max_qo_len", "spec_method", "num_spec_tokens",
-    "dcp_world_size", "asm_padding_mode", "num_reqs", "gluon_build", "causal", "kv_cache_bytes",
+    "arch",
+    "kv_cache_dtype",
+    "q_dtype",
+    "num_heads",
+    "max_qo_len",
+    "spec_method",
+    "num_spec_tokens",
+    "dcp_world_size",
+    "asm_padding_mode",
+    "num_reqs",
+    "gluon_build",
+    "causal",
+    "kv_cache_bytes",
 )
 
 
@@ -63,7 +81,9 @@ class Axis:
     members: dict[str, dict[int, np.ndarray]]
 
     def expand(self, name: str, positions: np.ndarray) -> np.ndarray:
-        return np.concatenate([self.members[name][int(p)] for p in positions]) if len(positions) else positions
+        return (
+            np.concatenate([self.members[name][int(p)] for p in positions]) if len(positions) else positions
+        )
 
     @property
     def size(self) -> int:
@@ -155,8 +175,9 @@ def _merge_values(axis: Axis, sig: np.ndarray) -> _Merged:
             class_of[p] = seen.setdefault(key[order[a:b]].tobytes(), len(seen))
         members[name] = [present[class_of[present] == c] for c in range(len(seen))]
         classes_of_row[name] = class_of[positions]
-    _, representative = np.unique(np.stack([classes_of_row[n] for n in axis.fields], axis=1), axis=0,
-                                  return_index=True)
+    _, representative = np.unique(
+        np.stack([classes_of_row[n] for n in axis.fields], axis=1), axis=0, return_index=True
+    )
     return _Merged({n: classes_of_row[n][representative] for n in axis.fields}, members, representative)
 
 
@@ -189,8 +210,14 @@ def _entropy(counts: np.ndarray) -> np.ndarray:
 _HASH = np.random.default_rng(0).integers(1, 2**62, size=1 << 16, dtype=np.int64)
 
 
-def _best_split(columns: dict[str, np.ndarray], sizes: dict[str, int], idx: np.ndarray, lab: np.ndarray,
-                order: tuple[str, ...], n_labels: int) -> tuple[str, list[np.ndarray]]:
+def _best_split(
+    columns: dict[str, np.ndarray],
+    sizes: dict[str, int],
+    idx: np.ndarray,
+    lab: np.ndarray,
+    order: tuple[str, ...],
+    n_labels: int,
+) -> tuple[str, list[np.ndarray]]:
     """The field and value groups that gain most information; ties: fewer branches, then reading order."""
     base = float(_entropy(np.bincount(lab, minlength=n_labels)))
     best: tuple[tuple, str, np.ndarray, np.ndarray] | None = None
@@ -198,7 +225,9 @@ def _best_split(columns: dict[str, np.ndarray], sizes: dict[str, int], idx: np.n
         col = columns[name][idx]
         if col.min() == col.max():
             continue
-        counts = np.bincount(col * n_labels + lab, minlength=sizes[name] * n_labels).reshape(sizes[name], n_labels)
+        counts = np.bincount(col * n_labels + lab, minlength=sizes[name] * n_labels).reshape(
+            sizes[name], n_labels
+        )
         present = np.flatnonzero(counts.any(axis=1))
         counts = counts[present]
         # Group the values by the set of labels they see (hashed; a collision only makes a coarser split).
@@ -214,7 +243,9 @@ def _best_split(columns: dict[str, np.ndarray], sizes: dict[str, int], idx: np.n
     return name, [present[group == g] for g in range(int(group.max()) + 1)]
 
 
-def _tree(columns: dict[str, np.ndarray], labels: np.ndarray, order: tuple[str, ...]) -> list[tuple[int, dict]]:
+def _tree(
+    columns: dict[str, np.ndarray], labels: np.ndarray, order: tuple[str, ...]
+) -> list[tuple[int, dict]]:
     """Leaves as (label, {field: class ids}); a field not split on is unconstrained."""
     n_labels = int(labels.max()) + 1
     sizes = {name: int(col.max()) + 1 for name, col in columns.items()}
@@ -286,8 +317,16 @@ def _merge_boxes(boxes: list[dict], merged: list[_Merged]) -> list[dict]:
     boxes = [rows.shrunk(b) for b in boxes]
     while True:
         boxes = _merge_equal_but_one(boxes, rows)
-        found = next(((i, j, u) for i in range(len(boxes)) for j in range(i + 1, len(boxes))
-                      for u in [rows.union(boxes[i], boxes[j])] if u is not None), None)
+        found = next(
+            (
+                (i, j, u)
+                for i in range(len(boxes))
+                for j in range(i + 1, len(boxes))
+                for u in [rows.union(boxes[i], boxes[j])]
+                if u is not None
+            ),
+            None,
+        )
         if found is None:
             return boxes
         i, j, union = found
@@ -306,8 +345,12 @@ def _merge_equal_but_one(boxes: list[dict], rows: _Rows) -> list[dict]:
             for box in boxes:
                 groups.setdefault(tuple(box[n] for n in fields if n != name), []).append(box)
             if any(len(g) > 1 for g in groups.values()):
-                boxes = [g[0] if len(g) == 1 else rows.shrunk({**g[0], name: frozenset().union(*[b[name] for b in g])})
-                         for g in groups.values()]
+                boxes = [
+                    g[0]
+                    if len(g) == 1
+                    else rows.shrunk({**g[0], name: frozenset().union(*[b[name] for b in g])})
+                    for g in groups.values()
+                ]
                 changed = True
     return boxes
 
@@ -331,7 +374,9 @@ def _written(label: int, box: dict, axes: list[Axis], merged: list[_Merged]) -> 
         if name not in allowed:
             continue
         axis = axis_of[name]
-        context = np.logical_and.reduce([inside[n] for n in axis.fields if n != name] or [np.ones(axis.size, bool)])
+        context = np.logical_and.reduce(
+            [inside[n] for n in axis.fields if n != name] or [np.ones(axis.size, bool)]
+        )
         present = np.unique(axis.expand(name, np.unique(axis.rows[name][context])))
         if np.isin(present, allowed[name]).all():
             allowed[name] = np.arange(len(FIELD_BY_NAME[name].box))  # left out: any value
@@ -339,7 +384,9 @@ def _written(label: int, box: dict, axes: list[Axis], merged: list[_Merged]) -> 
             continue
         where[name], allowed[name] = _rewritten(name, present, allowed[name])
         inside[name] = _in(axis.rows[name], allowed[name], len(FIELD_BY_NAME[name].box))
-        assert (np.logical_and.reduce([inside[n] for n in axis.fields]) == masks[axes.index(axis)]).all(), name
+        assert (np.logical_and.reduce([inside[n] for n in axis.fields]) == masks[axes.index(axis)]).all(), (
+            name
+        )
     return Box(label, where, masks)
 
 
@@ -366,8 +413,9 @@ def _rewritten(name: str, present: np.ndarray, allowed: np.ndarray) -> tuple[tup
             intervals += [(run[0], run[-1])] if len(run) >= 3 else [(v, v) for v in run]
             start = None
     values = box.astype(np.int64)
-    return tuple(intervals), np.flatnonzero(np.logical_or.reduce([(values >= lo) & (values <= hi)
-                                                                  for lo, hi in intervals]))
+    return tuple(intervals), np.flatnonzero(
+        np.logical_or.reduce([(values >= lo) & (values <= hi) for lo, hi in intervals])
+    )
 
 
 def _field_text(name: str, allowed: tuple) -> str:
@@ -388,7 +436,10 @@ def _field_text(name: str, allowed: tuple) -> str:
         if len(excluded) < len(allowed):
             return f"{label} not in {{{', '.join(excluded)}}}"
         return f"{label} in {{{', '.join(allowed)}}}"
-    runs = [_int_text(name, lo) if lo == hi else f"{_int_text(name, lo)}..{_int_text(name, hi)}" for lo, hi in allowed]
+    runs = [
+        _int_text(name, lo) if lo == hi else f"{_int_text(name, lo)}..{_int_text(name, hi)}"
+        for lo, hi in allowed
+    ]
     return f"{label}={runs[0]}" if len(runs) == 1 else f"{label} in {{{', '.join(runs)}}}"
 
 

@@ -26,10 +26,11 @@ same grid as the numpy interpretation of the model.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial, reduce
 from types import SimpleNamespace
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import z3
@@ -39,7 +40,9 @@ from mla_model.shape import ARCHS, FIELD_BY_NAME, FIELDS, FP8_KV_CACHE_DTYPES, Q
 from spec.analyses.regions import Axis
 from spec.proof.terms import box_constraints, fields_of
 
-CompiledRule = tuple[Any, frozenset]  # a validity rule as (z3 term, the fields it reads); cf. revisions.base.Rule
+CompiledRule = tuple[
+    Any, frozenset
+]  # a validity rule as (z3 term, the fields it reads); cf. revisions.base.Rule
 
 
 def _combine(fn: Any, *args: Any) -> Any:
@@ -86,7 +89,9 @@ class Program:
 
     def __init__(self, terms: list[Any]) -> None:
         self.terms = terms  # kept alive: their AST ids key the cache, their nodes are read below
-        self.ops: list[tuple[Any, tuple[int, ...]]] = []  # (numpy function, or a field's name; operand indices)
+        self.ops: list[
+            tuple[Any, tuple[int, ...]]
+        ] = []  # (numpy function, or a field's name; operand indices)
         self.fields: list[frozenset] = []  # the Shape fields each operation reads
         ctx = terms[0].ctx.ref() if terms else None
         index: dict[int, int] = {}
@@ -105,8 +110,9 @@ class Program:
             index[key] = len(self.ops)
             op = _operation(ctx, ast, len(args))
             self.ops.append((op, args))
-            self.fields.append(frozenset([op]) if isinstance(op, str) else
-                               frozenset().union(*[self.fields[i] for i in args]))
+            self.fields.append(
+                frozenset([op]) if isinstance(op, str) else frozenset().union(*[self.fields[i] for i in args])
+            )
         self.roots = [index[t.get_id()] for t in terms]
 
     def __call__(self, env: Mapping[str, Any], only: set[int] | None = None) -> list[Any]:
@@ -139,10 +145,11 @@ def _operation(ctx: Any, ast: Any, arity: int) -> Any:
     if kind == z3.Z3_OP_UNINTERPRETED and arity == 0:
         return z3.Z3_get_symbol_string(ctx, z3.Z3_get_decl_name(ctx, decl))
     if kind not in _NUMPY_OF_Z3 or (kind == z3.Z3_OP_DISTINCT and arity != 2):
-        raise ValueError(f"cannot evaluate z3 operator {z3.Z3_get_symbol_string(ctx, z3.Z3_get_decl_name(ctx, decl))!r} "
-                         "with numpy")
+        raise ValueError(
+            f"cannot evaluate z3 operator {z3.Z3_get_symbol_string(ctx, z3.Z3_get_decl_name(ctx, decl))!r} "
+            "with numpy"
+        )
     return _NUMPY_OF_Z3[kind]
-
 
 
 _PROGRAMS: dict[tuple[int, ...], Program] = {}
@@ -181,7 +188,10 @@ def default_codes(name: str, cols: Mapping[str, np.ndarray]) -> Any:
     """The Shape default of a field, per row where it follows another field (q_dtype, gluon_build)."""
     spec = FIELD_BY_NAME[name]
     if name == "q_dtype" and "kv_cache_dtype" in cols:
-        fp8 = np.isin(cols["kv_cache_dtype"], [FIELD_BY_NAME["kv_cache_dtype"].values.index(d) for d in FP8_KV_CACHE_DTYPES])
+        fp8 = np.isin(
+            cols["kv_cache_dtype"],
+            [FIELD_BY_NAME["kv_cache_dtype"].values.index(d) for d in FP8_KV_CACHE_DTYPES],
+        )
         return np.where(fp8, Q_DTYPES.index("fp8"), Q_DTYPES.index("bf16"))
     if name == "gluon_build" and "arch" in cols:
         return cols["arch"] == ARCHS.index("gfx950")
@@ -209,8 +219,9 @@ def value_classes(program: Program) -> dict[str, list[np.ndarray]]:
         codes = box_codes(name)
         below = {i for i, f in enumerate(program.fields) if f <= {name}}
         values = program({name: codes}, only=below)
-        signature = np.stack([np.broadcast_to(values[i], codes.shape).astype(np.int64) for i in sorted(occurrences)],
-                             axis=1)
+        signature = np.stack(
+            [np.broadcast_to(values[i], codes.shape).astype(np.int64) for i in sorted(occurrences)], axis=1
+        )
         _, inverse = np.unique(signature, axis=0, return_inverse=True)
         out[name] = [codes[inverse.ravel() == c] for c in range(int(inverse.max()) + 1)]
     return out
@@ -238,8 +249,14 @@ def relevant_rule(term: Any, variables: dict[str, Any]) -> CompiledRule:
     rng = np.random.default_rng(0)
     sample = {n: rng.choice(box_codes(n), 4096) for n in names}
     base = np.broadcast_to(evaluate_z3([term], sample)[0], (4096,))
-    idle = [n for n in names
-            if (np.broadcast_to(evaluate_z3([term], {**sample, n: rng.choice(box_codes(n), 4096)})[0], (4096,)) == base).all()]
+    idle = [
+        n
+        for n in names
+        if (
+            np.broadcast_to(evaluate_z3([term], {**sample, n: rng.choice(box_codes(n), 4096)})[0], (4096,))
+            == base
+        ).all()
+    ]
     if idle and not _equal_on_box(term, _fixed(term, idle, variables), variables):
         idle = [n for n in idle if _equal_on_box(term, _fixed(term, [n], variables), variables)]
     term = _fixed(term, idle, variables)
@@ -249,7 +266,9 @@ def relevant_rule(term: Any, variables: dict[str, Any]) -> CompiledRule:
 def _fixed(term: Any, names: list[str], variables: dict[str, Any]) -> Any:
     if not names:
         return term
-    return z3.simplify(z3.substitute(term, *[(variables[n], _z3_value(n, default_codes(n, {}))) for n in names]))
+    return z3.simplify(
+        z3.substitute(term, *[(variables[n], _z3_value(n, default_codes(n, {}))) for n in names])
+    )
 
 
 def _equal_on_box(a: Any, b: Any, variables: dict[str, Any]) -> bool:
@@ -286,8 +305,9 @@ def components(fields: set[str], rules: list[CompiledRule]) -> list[list[str]]:
     return list(groups.values())
 
 
-def enumerate_valid(fields: list[str], rules: list[CompiledRule], classes: dict[str, list[np.ndarray]]
-                    ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+def enumerate_valid(
+    fields: list[str], rules: list[CompiledRule], classes: dict[str, list[np.ndarray]]
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Every combination of the fields' values (class representatives) that the rules accept, and the
     number of box shapes each stands for."""
     if any(not reads and z3.is_false(term) for term, reads in rules):
@@ -331,7 +351,9 @@ class Component:
     fields: tuple[str, ...]
     rows: dict[str, np.ndarray]  # field -> value codes (class representatives), one per row
     weight: np.ndarray  # box shapes each row stands for
-    rest: dict[str, np.ndarray]  # fields only validity reads: one valid value per row, the default where it can be
+    rest: dict[
+        str, np.ndarray
+    ]  # fields only validity reads: one valid value per row, the default where it can be
     classes: dict[str, list[np.ndarray]]  # field -> its value classes (codes)
 
     @property
@@ -344,18 +366,29 @@ class Component:
         for f in self.fields:
             box = box_codes(f)
             positions[f] = np.searchsorted(box, self.rows[f])
-            members[f] = {int(np.searchsorted(box, _representative(f, g))): np.searchsorted(box, g)
-                          for g in self.classes.get(f) or [np.array([c]) for c in box]}
+            members[f] = {
+                int(np.searchsorted(box, _representative(f, g))): np.searchsorted(box, g)
+                for g in self.classes.get(f) or [np.array([c]) for c in box]
+            }
         return Axis(self.fields, positions, members)
 
 
-def _project(group: list[str], key_fields: set[str], cols: dict[str, np.ndarray], weight: np.ndarray,
-             classes: dict[str, list[np.ndarray]]) -> Component:
+def _project(
+    group: list[str],
+    key_fields: set[str],
+    cols: dict[str, np.ndarray],
+    weight: np.ndarray,
+    classes: dict[str, list[np.ndarray]],
+) -> Component:
     """The rows of a component over the fields the routes read; validity-only fields summed into the weight."""
     shown = [f for f in group if f in key_fields]
     rest = [f for f in group if f not in key_fields]
     n = len(weight)
-    surprise = sum((cols[f] != default_codes(f, cols)).astype(np.int64) for f in rest) if rest else np.zeros(n, np.int64)
+    surprise = (
+        sum((cols[f] != default_codes(f, cols)).astype(np.int64) for f in rest)
+        if rest
+        else np.zeros(n, np.int64)
+    )
     key = np.zeros(n, dtype=np.int64)
     for f in shown:
         col = cols[f].astype(np.int64)
@@ -363,8 +396,13 @@ def _project(group: list[str], key_fields: set[str], cols: dict[str, np.ndarray]
     order = np.lexsort((surprise, key))
     _, first = np.unique(key[order], return_index=True)
     rows = order[first]
-    return Component(tuple(shown), {f: cols[f][rows] for f in shown}, np.add.reduceat(weight[order], first),
-                     {f: cols[f][rows] for f in rest}, {f: classes[f] for f in shown if f in classes})
+    return Component(
+        tuple(shown),
+        {f: cols[f][rows] for f in shown},
+        np.add.reduceat(weight[order], first),
+        {f: cols[f][rows] for f in rest},
+        {f: classes[f] for f in shown if f in classes},
+    )
 
 
 @dataclass
@@ -373,7 +411,9 @@ class Grid:
 
     components: list[Component]
     factor: int  # shapes each cell's weight is multiplied by (fields nothing reads, validity-only components)
-    env: dict[str, Any]  # field -> codes, broadcast along the field's axis; defaults for the fields not laid out
+    env: dict[
+        str, Any
+    ]  # field -> codes, broadcast along the field's axis; defaults for the fields not laid out
     view: SimpleNamespace  # the same as a Shape-like view for the numpy interpretation
 
     @property

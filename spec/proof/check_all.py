@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from spec.proof.invariants import INVARIANT_BY_ID
 from spec.proof.prover import CheckResult, check
 from spec.proof.verdict import UNKNOWN
 
 
-def check_all(targets: list[Any], registries: Iterable[str], invariants: Iterable[str], max_classes: int,
-              timeout: float) -> list[CheckResult]:
+def check_all(
+    targets: list[Any], registries: Iterable[str], invariants: Iterable[str], max_classes: int, timeout: float
+) -> list[CheckResult]:
     """Every (target, registry, invariant), in that order.  Model revisions (ids) are checked one
     (revision, registry) pair per process, since z3 is single-threaded; each process is forked fresh
     for its one pair, so which classes z3 enumerates first does not depend on what ran before it
@@ -40,10 +42,20 @@ def check_pair(job: tuple) -> list[CheckResult]:
     results = []
     for inv in invariants:
         try:
-            results.append(check(rev, reg, INVARIANT_BY_ID[inv], max_classes=max_classes,
-                                 timeout_ms=int(timeout * 1000)))
+            results.append(
+                check(rev, reg, INVARIANT_BY_ID[inv], max_classes=max_classes, timeout_ms=int(timeout * 1000))
+            )
         except LiftingUnsupported as e:
             rid = rev if isinstance(rev, str) else rev.id
-            results.append(CheckResult(rid, reg, inv, UNKNOWN, 0.0, complete=False,
-                                       reason=f"lifting unsupported ({e}); run 'mla-spec bind' for the bounded check"))
+            results.append(
+                CheckResult(
+                    rid,
+                    reg,
+                    inv,
+                    UNKNOWN,
+                    0.0,
+                    complete=False,
+                    reason=f"lifting unsupported ({e}); run 'mla-spec bind' for the bounded check",
+                )
+            )
     return results

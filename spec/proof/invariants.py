@@ -16,8 +16,8 @@ in tests/test_known_bad_gates.py that must violate it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from mla_model.decision import Decision
 from mla_model.derived import is_quantized_kv_cache
@@ -109,8 +109,10 @@ def _failure_at(failures, call) -> str:
 
 def _fp8_on_gluon(d: Decision, reg: Registry) -> str:
     s = d.shape
-    return (f"{s.kv_cache_dtype} KV cache routed to {d.route.path} with kv_scale=1.0 "
-            f"(q {s.q_dtype}, {s.num_reqs} request(s))")
+    return (
+        f"{s.kv_cache_dtype} KV cache routed to {d.route.path} with kv_scale=1.0 "
+        f"(q {s.q_dtype}, {s.num_reqs} request(s))"
+    )
 
 
 def _gluon_selected(d: Decision, reg: Registry) -> str:
@@ -128,15 +130,23 @@ def _block_n_missing(d: Decision, reg: Registry) -> str:
 
 def _metadata_short(d: Decision, reg: Registry) -> str:
     s, r = d.shape, d.route
-    fallback = "its fp8 non-persistent path" if is_quantized_kv_cache(s.kv_cache_dtype) else "non-persistent split-KV"
-    return (f"{s.spec_method} k={s.num_spec_tokens} lets the scheduler hand decode qlen {s.max_qo_len}, "
-            f"but _mtp_decode_qlen={r.mtp_decode_qlen}: persistent metadata dropped, AITER falls back to {fallback}")
+    fallback = (
+        "its fp8 non-persistent path"
+        if is_quantized_kv_cache(s.kv_cache_dtype)
+        else "non-persistent split-KV"
+    )
+    return (
+        f"{s.spec_method} k={s.num_spec_tokens} lets the scheduler hand decode qlen {s.max_qo_len}, "
+        f"but _mtp_decode_qlen={r.mtp_decode_qlen}: persistent metadata dropped, AITER falls back to {fallback}"
+    )
 
 
 def _builder_impl(d: Decision, reg: Registry) -> str:
     r = d.route
-    return (f"builder verify={r.builder_use_gluon_verify}, impl verify={r.use_gluon_verify}, "
-            f"metadata={r.use_persistent_metadata}, path {r.path}")
+    return (
+        f"builder verify={r.builder_use_gluon_verify}, impl verify={r.use_gluon_verify}, "
+        f"metadata={r.use_persistent_metadata}, path {r.path}"
+    )
 
 
 def _gluon_batch(d: Decision, reg: Registry) -> str:
@@ -296,4 +306,3 @@ INVARIANTS: tuple[Invariant, ...] = (
 )
 
 INVARIANT_BY_ID = {inv.id: inv for inv in INVARIANTS}
-

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 import z3
@@ -28,16 +28,29 @@ from mla_model.logic import EnumTerm
 from mla_model.registry import Registry, load_registry
 from mla_model.revisions import get_revision
 from mla_model.revisions.base import Revision
-from mla_model.shape import ARCHS, FIELD_BY_NAME, FIELDS, FP8_KV_CACHE_DTYPES, KV_CACHE_DTYPES, Q_DTYPES, Shape
+from mla_model.shape import (
+    ARCHS,
+    FIELD_BY_NAME,
+    FIELDS,
+    FP8_KV_CACHE_DTYPES,
+    KV_CACHE_DTYPES,
+    Q_DTYPES,
+    Shape,
+)
 from spec.proof.invariants import Invariant
 from spec.proof.terms import SymbolicShape, as_z3, box_constraints, symbolic_shape
 from spec.proof.verdict import DEFAULT_TIMEOUT_MS, PROVED, UNKNOWN, VIOLATED, Verdict
 from spec.proof.views import view_terms
 
-
 # Within a class, minimise these in order (the smallest shape a maintainer can read).
 # Enums last: their first spelling within the class (fp8 before fp8_e4m3, mtp before deepseek_mtp).
-SMALLEST_FIRST = ("num_heads", "max_qo_len", "num_spec_tokens", "num_reqs", "dcp_world_size")  # the int fields
+SMALLEST_FIRST = (
+    "num_heads",
+    "max_qo_len",
+    "num_spec_tokens",
+    "num_reqs",
+    "dcp_world_size",
+)  # the int fields
 MINIMISE_ORDER = (*SMALLEST_FIRST, "kv_cache_dtype", "spec_method", "asm_padding_mode")
 
 
@@ -100,7 +113,7 @@ def _resolve(revision: str | Revision, registry: str | Registry) -> tuple[Revisi
     )
 
 
-@lru_cache(maxsize=None)
+@cache
 def _problem(revision: Revision, registry: Registry) -> Problem:
     sym = symbolic_shape()
     d = decide(revision, registry, sym.view)
@@ -170,9 +183,17 @@ def canonical_model(s: z3.Solver, variables: dict[str, Any]) -> z3.ModelRef | No
         "q_dtype": z3.If(fp8_cache, Q_DTYPES.index("fp8"), Q_DTYPES.index("bf16")),
         "gluon_build": variables["arch"] == ARCHS.index("gfx950"),
     }
-    wanted_all = [variables[spec.name] == (derived[spec.name] if spec.name in derived else
-                                           spec.values.index(defaults[spec.name]) if spec.kind == "enum"
-                                           else defaults[spec.name]) for spec in FIELDS]
+    wanted_all = [
+        variables[spec.name]
+        == (
+            derived[spec.name]
+            if spec.name in derived
+            else spec.values.index(defaults[spec.name])
+            if spec.kind == "enum"
+            else defaults[spec.name]
+        )
+        for spec in FIELDS
+    ]
     if s.check(*wanted_all) == z3.sat:  # the common case: every default fits, one call instead of fourteen
         model = s.model()
         s.add(*wanted_all)
@@ -188,7 +209,10 @@ def canonical_model(s: z3.Solver, variables: dict[str, Any]) -> z3.ModelRef | No
         elif spec.kind == "bool":
             s.add(var == z3.Not(derived[spec.name]) if spec.name in derived else var == (not default))
         else:
-            if s.check() != z3.sat or minimise_in_order(s, [(var, 0 if spec.kind == "enum" else spec.minimum)]) is None:
+            if (
+                s.check() != z3.sat
+                or minimise_in_order(s, [(var, 0 if spec.kind == "enum" else spec.minimum)]) is None
+            ):
                 return None
     return s.model() if s.check() == z3.sat else None
 
@@ -223,9 +247,13 @@ def _confirm(p: Problem, inv: Invariant, shape: Shape) -> Decision:
     d = decide(p.revision, p.registry, shape)
     if not p.revision.is_valid(shape, p.registry):
         broken = [name for name, ok in p.revision.validity(shape, p.registry) if not ok]
-        raise ProverDisagreement(f"{p.revision.id}/{p.registry.id}/{inv.id}: z3 counterexample {shape} is invalid ({broken})")
+        raise ProverDisagreement(
+            f"{p.revision.id}/{p.registry.id}/{inv.id}: z3 counterexample {shape} is invalid ({broken})"
+        )
     if inv.holds(d):
-        raise ProverDisagreement(f"{p.revision.id}/{p.registry.id}/{inv.id}: z3 counterexample {shape} satisfies the invariant")
+        raise ProverDisagreement(
+            f"{p.revision.id}/{p.registry.id}/{inv.id}: z3 counterexample {shape} satisfies the invariant"
+        )
     return d
 
 
@@ -287,7 +315,13 @@ def check(
             result.counterexamples.append(
                 Counterexample(shape, d.route.to_json(), inv.describe(d, p.registry), dict(key))
             )
-        result.counterexamples.sort(key=lambda c: (c.shape.num_heads, c.shape.max_qo_len, c.shape.num_spec_tokens,
-                                                   sorted(c.view.items(), key=str)))
+        result.counterexamples.sort(
+            key=lambda c: (
+                c.shape.num_heads,
+                c.shape.max_qo_len,
+                c.shape.num_spec_tokens,
+                sorted(c.view.items(), key=str),
+            )
+        )
     result.seconds = time.perf_counter() - start
     return result

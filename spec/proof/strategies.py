@@ -16,7 +16,16 @@ from hypothesis import strategies as st
 from mla_model.registry import Registry, load_registry
 from mla_model.revisions import get_revision
 from mla_model.revisions.base import Revision
-from mla_model.shape import ARCHS, ASM_PADDING_MODES, DCP_WORLD_SIZES, GIB, KV_CACHE_DTYPES, Q_DTYPES, SPEC_METHODS, Shape
+from mla_model.shape import (
+    ARCHS,
+    ASM_PADDING_MODES,
+    DCP_WORLD_SIZES,
+    GIB,
+    KV_CACHE_DTYPES,
+    Q_DTYPES,
+    SPEC_METHODS,
+    Shape,
+)
 
 
 @st.composite

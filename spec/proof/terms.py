@@ -80,8 +80,17 @@ def shape_pins(variables: dict[str, Any], shape: Shape) -> list[tuple[str, Any, 
     out = []
     for spec in FIELDS:
         value = getattr(shape, spec.name)
-        out.append((spec.name, variables[spec.name], z3.IntVal(spec.values.index(value)) if spec.kind == "enum"
-                    else z3.BoolVal(value) if spec.kind == "bool" else z3.IntVal(value)))
+        out.append(
+            (
+                spec.name,
+                variables[spec.name],
+                z3.IntVal(spec.values.index(value))
+                if spec.kind == "enum"
+                else z3.BoolVal(value)
+                if spec.kind == "bool"
+                else z3.IntVal(value),
+            )
+        )
     return out
 
 
@@ -138,7 +147,8 @@ def is_membership(t: Any) -> bool:
         return False
     kids = t.children()
     return all(z3.is_eq(k) and z3.is_int_value(k.arg(1)) for k in kids) and all(
-        k.arg(0).eq(kids[0].arg(0)) for k in kids)
+        k.arg(0).eq(kids[0].arg(0)) for k in kids
+    )
 
 
 def _has_ite(t: Any) -> bool:
@@ -152,9 +162,18 @@ def atoms_of(term: Any) -> list[Any]:
     def walk(t: Any) -> None:
         if z3.is_true(t) or z3.is_false(t) or z3.is_int_value(t) or z3.is_const(t) and not z3.is_bool(t):
             return
-        if z3.is_bool(t) and not is_membership(t) and (
-            z3.is_and(t) or z3.is_or(t) or z3.is_not(t) or z3.is_implies(t) or z3.is_app_of(t, z3.Z3_OP_XOR)
-            or z3.is_app_of(t, z3.Z3_OP_ITE) or (z3.is_eq(t) and z3.is_bool(t.arg(0)))
+        if (
+            z3.is_bool(t)
+            and not is_membership(t)
+            and (
+                z3.is_and(t)
+                or z3.is_or(t)
+                or z3.is_not(t)
+                or z3.is_implies(t)
+                or z3.is_app_of(t, z3.Z3_OP_XOR)
+                or z3.is_app_of(t, z3.Z3_OP_ITE)
+                or (z3.is_eq(t) and z3.is_bool(t.arg(0)))
+            )
         ):
             for c in t.children():
                 walk(c)
@@ -178,8 +197,17 @@ def describe_atom(t: Any, fields: tuple[str, ...], variables: dict[str, Any]) ->
         spec = specs[0]
         var = variables[spec.name]
         domain = spec.values if spec.kind == "enum" else (False, True)
-        true = [v for v in domain if z3.is_true(z3.simplify(z3.substitute(
-            t, (var, z3.IntVal(spec.values.index(v)) if spec.kind == "enum" else z3.BoolVal(v)))))]
+        true = [
+            v
+            for v in domain
+            if z3.is_true(
+                z3.simplify(
+                    z3.substitute(
+                        t, (var, z3.IntVal(spec.values.index(v)) if spec.kind == "enum" else z3.BoolVal(v))
+                    )
+                )
+            )
+        ]
         if spec.kind == "bool":
             return spec.name if true == [True] else f"not {spec.name}"
         if len(true) == 1:

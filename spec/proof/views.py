@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from mla_model.decision import Decision
-from mla_model.failures import failure_kind
 from mla_model.derived import kernel_kv_dtype, parallel_drafting
+from mla_model.failures import failure_kind
 from mla_model.logic import Term, choose, is_in
 
 DRAFTER_FAMILIES = ("none", "mtp", "serial", "parallel")
@@ -24,8 +24,11 @@ def drafter_family(s: Any) -> Term:
     """none, mtp (the pre-#51011 whitelist), serial drafters, parallel drafters."""
     return choose(
         DRAFTER_FAMILIES,
-        [(is_in(s.spec_method, ("none",)), "none"), (is_in(s.spec_method, ("mtp", "deepseek_mtp")), "mtp"),
-         (parallel_drafting(s), "parallel")],
+        [
+            (is_in(s.spec_method, ("none",)), "none"),
+            (is_in(s.spec_method, ("mtp", "deepseek_mtp")), "mtp"),
+            (parallel_drafting(s), "parallel"),
+        ],
         "serial",
     )
 

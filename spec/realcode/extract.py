@@ -46,24 +46,88 @@ GATE_VARIABLE = "use_persistent_metadata"
 BUILD_INPUTS = ("self", "max_qo_len")
 INIT_INPUTS = ("self", "vllm_config")
 HARNESS_BUILDER_ATTRS = (
-    "num_heads", "dcp_world_size", "_kv_cache_dtype_str", "reorder_batch_threshold", "_kv_cache_bytes",
-    "_decode_causal", "_supports_segmented_dcp_verify", "_use_triton_dcp_verify", "_asm_dcp_verify",
+    "num_heads",
+    "dcp_world_size",
+    "_kv_cache_dtype_str",
+    "reorder_batch_threshold",
+    "_kv_cache_bytes",
+    "_decode_causal",
+    "_supports_segmented_dcp_verify",
+    "_use_triton_dcp_verify",
+    "_asm_dcp_verify",
 )
 # Module-level imports of the real file whose names the sandbox provides as stubs.
-STUB_NAMES = frozenset({
-    "functools", "math", "logger", "is_quantized_kv_cache", "Path", "Final", "ClassVar", "Enum", "torch",
-    "envs", "on_gfx950", "on_gfx942", "get_cdna_version",
-})
-STUB_MODULES = frozenset({
-    "vllm.envs", "vllm.platforms.rocm", "vllm.platforms", "aiter.jit.core", "functools", "math",
-})
-SAFE_BUILTIN_NAMES = frozenset({
-    "abs", "all", "any", "bool", "dict", "enumerate", "float", "frozenset", "int", "isinstance", "len", "list",
-    "max", "min", "range", "set", "sorted", "str", "sum", "tuple", "zip", "type", "staticmethod", "classmethod",
-    "property", "None", "True", "False", "Exception", "ValueError", "TypeError", "AssertionError", "ImportError",
-    "OSError", "RuntimeError", "NotImplementedError", "KeyError", "ZeroDivisionError", "ModuleNotFoundError",
-    "AttributeError",
-})
+STUB_NAMES = frozenset(
+    {
+        "functools",
+        "math",
+        "logger",
+        "is_quantized_kv_cache",
+        "Path",
+        "Final",
+        "ClassVar",
+        "Enum",
+        "torch",
+        "envs",
+        "on_gfx950",
+        "on_gfx942",
+        "get_cdna_version",
+    }
+)
+STUB_MODULES = frozenset(
+    {
+        "vllm.envs",
+        "vllm.platforms.rocm",
+        "vllm.platforms",
+        "aiter.jit.core",
+        "functools",
+        "math",
+    }
+)
+SAFE_BUILTIN_NAMES = frozenset(
+    {
+        "abs",
+        "all",
+        "any",
+        "bool",
+        "dict",
+        "enumerate",
+        "float",
+        "frozenset",
+        "int",
+        "isinstance",
+        "len",
+        "list",
+        "max",
+        "min",
+        "range",
+        "set",
+        "sorted",
+        "str",
+        "sum",
+        "tuple",
+        "zip",
+        "type",
+        "staticmethod",
+        "classmethod",
+        "property",
+        "None",
+        "True",
+        "False",
+        "Exception",
+        "ValueError",
+        "TypeError",
+        "AssertionError",
+        "ImportError",
+        "OSError",
+        "RuntimeError",
+        "NotImplementedError",
+        "KeyError",
+        "ZeroDivisionError",
+        "ModuleNotFoundError",
+        "AttributeError",
+    }
+)
 
 
 class RefusedCode(SourceError):
@@ -76,7 +140,9 @@ class Extracted:
     module: ast.Module  # the taken definitions plus three synthesised functions
     predicates: tuple[str, ...]  # AiterMLAHelper predicates present in this release
     forward_source: str  # forward_mqa's source, for facts read off the text (kv_scale=1.0)
-    init_attrs: tuple[str, ...] = field(default_factory=tuple)  # builder attributes computed by the init slice
+    init_attrs: tuple[str, ...] = field(
+        default_factory=tuple
+    )  # builder attributes computed by the init slice
 
 
 def _loads(node: ast.AST) -> set[str]:
@@ -99,15 +165,19 @@ def _loads(node: ast.AST) -> set[str]:
 
 def _helper_refs(node: ast.AST) -> set[str]:
     return {
-        n.attr for n in ast.walk(node)
+        n.attr
+        for n in ast.walk(node)
         if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == HELPER
     }
 
 
 def _self_attrs(node: ast.AST, ctx=ast.Load) -> set[str]:
     return {
-        n.attr for n in ast.walk(node)
-        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
+        n.attr
+        for n in ast.walk(node)
+        if isinstance(n, ast.Attribute)
+        and isinstance(n.value, ast.Name)
+        and n.value.id == "self"
         and isinstance(n.ctx, ctx)
     }
 
@@ -130,7 +200,9 @@ def _check_safe(label: str, where: str, node: ast.AST) -> None:
                     raise RefusedCode(f"{label}: {where} imports {a.name!r}, which is outside the stub set")
         if isinstance(n, ast.ImportFrom):
             if (n.module or "") not in STUB_MODULES:
-                raise RefusedCode(f"{label}: {where} imports from {n.module!r}, which is outside the stub set")
+                raise RefusedCode(
+                    f"{label}: {where} imports from {n.module!r}, which is outside the stub set"
+                )
 
 
 def _defined_at_module(tree: ast.Module) -> dict[str, ast.stmt]:
@@ -157,8 +229,9 @@ def _method(cls: ast.ClassDef | None, name: str) -> ast.FunctionDef | None:
     return next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
 
 
-def _backward_slice(label: str, body: list[ast.stmt], needed: set[str], inputs: tuple[str, ...],
-                    where: str) -> list[ast.stmt]:
+def _backward_slice(
+    label: str, body: list[ast.stmt], needed: set[str], inputs: tuple[str, ...], where: str
+) -> list[ast.stmt]:
     """The statements of ``body`` (in order) that compute ``needed`` local names."""
     needed = set(needed) - set(inputs)
     taken: list[ast.stmt] = []
@@ -196,8 +269,12 @@ def extract(source: Source) -> Extracted:
                 keep.add(ref)
                 frontier.append(ref)
     pruned_body = [n for n in helper.body if not isinstance(n, ast.FunctionDef) or n.name in keep]
-    pruned_body = [n for n in pruned_body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
-    pruned = ast.ClassDef(name=HELPER, bases=[], keywords=[], body=pruned_body or [ast.Pass()], decorator_list=[])
+    pruned_body = [
+        n for n in pruned_body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))
+    ]
+    pruned = ast.ClassDef(
+        name=HELPER, bases=[], keywords=[], body=pruned_body or [ast.Pass()], decorator_list=[]
+    )
     for node in pruned_body:
         _check_safe(label, f"{HELPER}.{getattr(node, 'name', 'constant')}", node)
 
@@ -208,28 +285,44 @@ def extract(source: Source) -> Extracted:
     if build is None or init is None:
         raise SourceError(f"{label}: no metadata builder with __init__ and _build_decode")
     gate_stmt = next(
-        (s for s in build.body if isinstance(s, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == GATE_VARIABLE for t in s.targets)),
+        (
+            s
+            for s in build.body
+            if isinstance(s, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == GATE_VARIABLE for t in s.targets)
+        ),
         None,
     )
     if gate_stmt is None:
         raise SourceError(f"{label}: _build_decode has no '{GATE_VARIABLE} = ...' gate")
     before = build.body[: build.body.index(gate_stmt)]
     path_locals = [n for n in PATH_LOCALS if any(n in _stored_names(s) for s in before)]
-    build_slice = _backward_slice(label, before, _loads(gate_stmt.value) | set(path_locals), BUILD_INPUTS,
-                                  "_build_decode")
-    returned = ast.Tuple(elts=[gate_stmt.value, ast.Dict(
-        keys=[ast.Constant(n) for n in path_locals], values=[ast.Name(n, ast.Load()) for n in path_locals])],
-        ctx=ast.Load())
+    build_slice = _backward_slice(
+        label, before, _loads(gate_stmt.value) | set(path_locals), BUILD_INPUTS, "_build_decode"
+    )
+    returned = ast.Tuple(
+        elts=[
+            gate_stmt.value,
+            ast.Dict(
+                keys=[ast.Constant(n) for n in path_locals],
+                values=[ast.Name(n, ast.Load()) for n in path_locals],
+            ),
+        ],
+        ctx=ast.Load(),
+    )
     build_fn = ast.FunctionDef(
         name="mla_spec_persistent_gate",
         args=_args(*BUILD_INPUTS),
         body=[*build_slice, ast.Return(value=returned)],
-        decorator_list=[], returns=None, type_params=[],
+        decorator_list=[],
+        returns=None,
+        type_params=[],
     )
     missing = _loads(build_fn) - _module_or_stub(tree) - {HELPER}
     if missing:
-        raise RefusedCode(f"{label}: the persistent gate reads {sorted(missing)}, which neither the slice nor the stubs define")
+        raise RefusedCode(
+            f"{label}: the persistent gate reads {sorted(missing)}, which neither the slice nor the stubs define"
+        )
 
     wanted_attrs = (_self_attrs(build_fn) - set(HARNESS_BUILDER_ATTRS)) | {"_mtp_decode_qlen"}
     init_slice: list[ast.stmt] = []
@@ -239,8 +332,10 @@ def extract(source: Source) -> Extracted:
         init_attrs.add(attr)
         stmts = [s for s in init.body if attr in _self_attrs(s, ast.Store)]
         if not stmts:
-            raise RefusedCode(f"{label}: the gate reads self.{attr}, which the builder's __init__ never sets "
-                              "and the harness does not model")
+            raise RefusedCode(
+                f"{label}: the gate reads self.{attr}, which the builder's __init__ never sets "
+                "and the harness does not model"
+            )
         for s in stmts:
             if s not in init_slice:
                 init_slice.append(s)
@@ -248,9 +343,17 @@ def extract(source: Source) -> Extracted:
     init_slice.sort(key=init.body.index)
     locals_needed = set().union(*(_loads(s) for s in init_slice)) - _module_or_stub(tree) - {HELPER}
     first = min(init.body.index(s) for s in init_slice)
-    init_slice = _backward_slice(label, init.body[:first], locals_needed, INIT_INPUTS, "__init__") + init_slice
-    init_fn = ast.FunctionDef(name="mla_spec_builder_init", args=_args(*INIT_INPUTS), body=init_slice,
-                              decorator_list=[], returns=None, type_params=[])
+    init_slice = (
+        _backward_slice(label, init.body[:first], locals_needed, INIT_INPUTS, "__init__") + init_slice
+    )
+    init_fn = ast.FunctionDef(
+        name="mla_spec_builder_init",
+        args=_args(*INIT_INPUTS),
+        body=init_slice,
+        decorator_list=[],
+        returns=None,
+        type_params=[],
+    )
 
     body: list[ast.stmt] = [pruned, build_fn, init_fn]
     inline = None
@@ -259,9 +362,16 @@ def extract(source: Source) -> Extracted:
         inline = _inline_verify_test(_method(impl, "forward_mqa"))
         if inline is None:
             raise SourceError(f"{label}: neither use_gluon_verify nor an inline verify test in forward_mqa")
-        body.append(ast.FunctionDef(name="mla_spec_inline_verify", args=_args("self", "decode"),
-                                    body=[ast.Return(value=inline)], decorator_list=[], returns=None,
-                                    type_params=[]))
+        body.append(
+            ast.FunctionDef(
+                name="mla_spec_inline_verify",
+                args=_args("self", "decode"),
+                body=[ast.Return(value=inline)],
+                decorator_list=[],
+                returns=None,
+                type_params=[],
+            )
+        )
     for fn in body[1:]:
         _check_safe(label, fn.name.replace("mla_spec_", ""), fn)
 
@@ -285,7 +395,9 @@ def extract(source: Source) -> Extracted:
     ast.fix_missing_locations(module)
     impl = _find_class(tree, lambda c: _method(c, "forward_mqa") is not None)
     forward = _method(impl, "forward_mqa")
-    return Extracted(label, module, present, ast.unparse(forward) if forward else "", tuple(sorted(init_attrs)))
+    return Extracted(
+        label, module, present, ast.unparse(forward) if forward else "", tuple(sorted(init_attrs))
+    )
 
 
 def _module_or_stub(tree: ast.Module) -> set[str]:
@@ -293,8 +405,15 @@ def _module_or_stub(tree: ast.Module) -> set[str]:
 
 
 def _args(*names: str) -> ast.arguments:
-    return ast.arguments(posonlyargs=[], args=[ast.arg(arg=n) for n in names], vararg=None, kwonlyargs=[],
-                         kw_defaults=[], kwarg=None, defaults=[])
+    return ast.arguments(
+        posonlyargs=[],
+        args=[ast.arg(arg=n) for n in names],
+        vararg=None,
+        kwonlyargs=[],
+        kw_defaults=[],
+        kwarg=None,
+        defaults=[],
+    )
 
 
 def _inline_verify_test(forward: ast.FunctionDef | None) -> ast.expr | None:

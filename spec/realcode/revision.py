@@ -23,7 +23,7 @@ Gluon verify is the row flatten (batch R*Q) until 0.28 and native 4-D MTP
 from __future__ import annotations
 
 import types
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 import z3
@@ -31,29 +31,53 @@ import z3
 from mla_model.derived import is_quantized_kv_cache, parallel_drafting, reorder_batch_threshold
 from mla_model.logic import EnumTerm, all_of, choose, eq, implies, not_
 from mla_model.registry import Registry
-from mla_model.revisions.base import Revision, Rule, asm_request, causal_only, divides_padded, forward_path, padding_of
+from mla_model.revisions.base import (
+    Revision,
+    Rule,
+    asm_request,
+    causal_only,
+    divides_padded,
+    forward_path,
+    padding_of,
+)
 from mla_model.route import Route
 from mla_model.shape import KV_CACHE_DTYPES, Shape
+from spec.proof.terms import symbolic_shape
 from spec.realcode.extract import extract
 from spec.realcode.sandbox import LoadedCode
 from spec.realcode.source import Source, resolve
-from spec.realcode.symexec import LIFTING_BUILTINS, Explorer, LiftingUnsupported, SymBool, SymInt, SymStr, fold
-from spec.proof.terms import symbolic_shape
+from spec.realcode.symexec import (
+    LIFTING_BUILTINS,
+    Explorer,
+    LiftingUnsupported,
+    SymBool,
+    SymInt,
+    SymStr,
+    fold,
+)
 
 OUTPUTS = ("gd", "builder_gv", "impl_gv", "gate", "wants", "triton", "T", "m", "H", "heads_valid", "raises")
 
 
 def builder_kv_cache_dtype(kv_cache_dtype: Any) -> Any:
     """``self._kv_cache_dtype_str``: the builder maps fp8_e4m3 / fp8_e5m2 to "fp8"."""
-    return choose(KV_CACHE_DTYPES, [(is_quantized_kv_cache(kv_cache_dtype), "fp8"),
-                                    (eq(kv_cache_dtype, "float16"), "float16"),
-                                    (eq(kv_cache_dtype, "bfloat16"), "bfloat16")], "auto")
+    return choose(
+        KV_CACHE_DTYPES,
+        [
+            (is_quantized_kv_cache(kv_cache_dtype), "fp8"),
+            (eq(kv_cache_dtype, "float16"), "float16"),
+            (eq(kv_cache_dtype, "bfloat16"), "bfloat16"),
+        ],
+        "auto",
+    )
 
 
 class RealGates:
     """One release's gate functions and the harness that calls them for a Shape."""
 
-    def __init__(self, source: Source, lifting: bool = False, threshold: Any = reorder_batch_threshold) -> None:
+    def __init__(
+        self, source: Source, lifting: bool = False, threshold: Any = reorder_batch_threshold
+    ) -> None:
         self.source = source
         self.threshold = threshold  # s -> reorder_batch_threshold (the release's, executed, where it can be)
         self.extracted = extract(source)
@@ -71,20 +95,35 @@ class RealGates:
         p.arch, p.mode = wrap("arch", s.arch), wrap("asm_padding_mode", s.asm_padding_mode)
         heads, qlen = wrap("num_heads", s.num_heads), wrap("max_qo_len", s.max_qo_len)
         dcp, causal = wrap("dcp_world_size", s.dcp_world_size), wrap("causal", s.causal)
-        kv_bytes, raw_dtype = wrap("kv_cache_bytes", s.kv_cache_bytes), wrap("kv_cache_dtype", s.kv_cache_dtype)
+        kv_bytes, raw_dtype = (
+            wrap("kv_cache_bytes", s.kv_cache_bytes),
+            wrap("kv_cache_dtype", s.kv_cache_dtype),
+        )
         builder_dtype = wrap("builder_dtype", builder_kv_cache_dtype(s.kv_cache_dtype))
         method = wrap("spec_method", s.spec_method)
-        spec = None if method == "none" else types.SimpleNamespace(
-            method=method, num_speculative_tokens=wrap("num_spec_tokens", s.num_spec_tokens))
+        spec = (
+            None
+            if method == "none"
+            else types.SimpleNamespace(
+                method=method, num_speculative_tokens=wrap("num_spec_tokens", s.num_spec_tokens)
+            )
+        )
         attrs = dict(
-            num_heads=heads, dcp_world_size=dcp, _kv_cache_dtype_str=builder_dtype,
-            reorder_batch_threshold=wrap("rbt", self.threshold(s)), _kv_cache_bytes=kv_bytes,
-            _decode_causal=causal, _supports_segmented_dcp_verify=False, _use_triton_dcp_verify=False,
+            num_heads=heads,
+            dcp_world_size=dcp,
+            _kv_cache_dtype_str=builder_dtype,
+            reorder_batch_threshold=wrap("rbt", self.threshold(s)),
+            _kv_cache_bytes=kv_bytes,
+            _decode_causal=causal,
+            _supports_segmented_dcp_verify=False,
+            _use_triton_dcp_verify=False,
             _asm_dcp_verify=False,
         )
         b = self.code.builder(attrs, types.SimpleNamespace(speculative_config=spec))
         H = getattr(b, "_decode_num_heads", heads)
-        common = dict(num_heads=H, max_qo_len=qlen, dcp_world_size=dcp, causal=causal, kv_cache_bytes=kv_bytes)
+        common = dict(
+            num_heads=H, max_qo_len=qlen, dcp_world_size=dcp, causal=causal, kv_cache_bytes=kv_bytes
+        )
         gd = self.code.call("use_gluon_decode", kv_cache_dtype=builder_dtype, **common)
         if self.has_verify:
             builder_gv = self.code.call("use_gluon_verify", kv_cache_dtype=builder_dtype, **common)
@@ -101,12 +140,24 @@ class RealGates:
             heads_valid = bool(heads_valid) and bool(self.code.call("is_valid_num_heads", num_heads=H))
         raises = False
         if self.code.has("has_fp8_non_causal_qlen2_kernel"):
-            raises = (not causal) and qlen == 2 and builder_dtype == "fp8" and not self.code.call(
-                "has_fp8_non_causal_qlen2_kernel", num_heads=H)
+            raises = (
+                (not causal)
+                and qlen == 2
+                and builder_dtype == "fp8"
+                and not self.code.call("has_fp8_non_causal_qlen2_kernel", num_heads=H)
+            )
         return dict(
-            gd=gd, builder_gv=builder_gv, impl_gv=impl_gv, gate=gate, wants=wants,
-            triton=path_locals.get("use_triton_verify", False), T=T,
-            m=self.code.call("get_actual_mla_num_heads", num_heads=H), H=H, heads_valid=heads_valid, raises=raises,
+            gd=gd,
+            builder_gv=builder_gv,
+            impl_gv=impl_gv,
+            gate=gate,
+            wants=wants,
+            triton=path_locals.get("use_triton_verify", False),
+            T=T,
+            m=self.code.call("get_actual_mla_num_heads", num_heads=H),
+            H=H,
+            heads_valid=heads_valid,
+            raises=raises,
         )
 
     def lift(self) -> dict[str, Any]:
@@ -135,7 +186,6 @@ class RealGates:
         return lifted
 
 
-
 def _threshold(source: Source) -> tuple[Any, str]:
     """The release's own reorder_batch_threshold, executed (spec.realcode.executed.threshold).
 
@@ -159,7 +209,7 @@ def real_revision(spec: str, lifting: bool = True) -> Revision:
     return _real_revision(resolve(spec), lifting)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _real_revision(source: Source, lifting: bool) -> Revision:
     threshold, threshold_origin = _threshold(source)
     concrete = RealGates(source, threshold=threshold)
@@ -189,7 +239,9 @@ def _real_revision(source: Source, lifting: bool) -> Revision:
             head_padding=padding_of(H, m, divides_padded(H, m)),
             padded_q_heads=m,
             request=asm_request(s, m, o["gate"], causal=s.causal if concrete.takes_causal else True),
-            gluon_batch_is_one=all_of(s.num_reqs == 1, s.max_qo_len == 1) if concrete.flatten_verify else s.num_reqs == 1,
+            gluon_batch_is_one=all_of(s.num_reqs == 1, s.max_qo_len == 1)
+            if concrete.flatten_verify
+            else s.num_reqs == 1,
             kv_scale_passed=concrete.kv_scale_passed,
             vllm_raises=o["raises"],
             builder_use_gluon_verify=o["builder_gv"],
@@ -200,13 +252,22 @@ def _real_revision(source: Source, lifting: bool) -> Revision:
         if not concrete.takes_causal:
             rules += causal_only(reg)
         else:
-            rules.append((
-                "non-causal blocks only where supports_non_causal (gfx950, AITER takes causal=) for parallel drafters",
-                lambda s: implies(not_(s.causal), all_of(eq(s.arch, "gfx950"), reg.lookup_takes_causal,
-                                                         parallel_drafting(s))),
-            ))
+            rules.append(
+                (
+                    "non-causal blocks only where supports_non_causal (gfx950, AITER takes causal=) for parallel drafters",
+                    lambda s: implies(
+                        not_(s.causal),
+                        all_of(eq(s.arch, "gfx950"), reg.lookup_takes_causal, parallel_drafting(s)),
+                    ),
+                )
+            )
         if concrete.gathers_dcp:
-            rules.append(("modelled scope: dcp_world_size == 1 (DCP routes not modelled)", lambda s: s.dcp_world_size == 1))
+            rules.append(
+                (
+                    "modelled scope: dcp_world_size == 1 (DCP routes not modelled)",
+                    lambda s: s.dcp_world_size == 1,
+                )
+            )
         return rules
 
     return Revision(
@@ -215,6 +276,8 @@ def _real_revision(source: Source, lifting: bool) -> Revision:
         source=str(source.path),
         route=route,
         reorder_batch_threshold=threshold,
-        is_valid_num_heads=lambda h: True,  # the release's own rule is in the scope (it may need the gathered heads)
+        is_valid_num_heads=lambda h: (
+            True
+        ),  # the release's own rule is in the scope (it may need the gathered heads)
         scope=scope,
     )

@@ -15,15 +15,16 @@ their signatures (they grow across releases).
 """
 
 from __future__ import annotations
-
 import __future__
+
 import builtins
 import functools
 import inspect
 import math
 import types
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from spec.realcode.extract import HELPER, SAFE_BUILTIN_NAMES, STUB_MODULES, Extracted, RefusedCode
 
@@ -59,7 +60,9 @@ def _is_quantized_kv_cache(kv_cache_dtype: Any) -> Any:
 class LoadedCode:
     """The executed definitions of one rocm_aiter_mla.py, callable under a Platform."""
 
-    def __init__(self, extracted: Extracted, platform: Platform | None = None, builtins_override: dict | None = None):
+    def __init__(
+        self, extracted: Extracted, platform: Platform | None = None, builtins_override: dict | None = None
+    ):
         self.extracted = extracted
         self.label = extracted.label
         self.platform = platform or Platform()
@@ -110,12 +113,19 @@ class LoadedCode:
         from enum import Enum
 
         self.namespace["Enum"] = Enum
-        code = compile(extracted.module, f"<{self.label}: extracted gates>", "exec",
-                       flags=__future__.annotations.compiler_flag, dont_inherit=True)
+        code = compile(
+            extracted.module,
+            f"<{self.label}: extracted gates>",
+            "exec",
+            flags=__future__.annotations.compiler_flag,
+            dont_inherit=True,
+        )
         try:
             exec(code, self.namespace)  # only the extracted, checked definitions run here
         except NameError as e:
-            raise RefusedCode(f"{self.label}: defining the gates needs {e.name!r}, which is outside the stub set") from None
+            raise RefusedCode(
+                f"{self.label}: defining the gates needs {e.name!r}, which is outside the stub set"
+            ) from None
         self.helper = self.namespace[HELPER]
         self._caches = [v for v in self.namespace.values() if hasattr(v, "cache_clear")]
         self._params: dict[str, tuple[str, ...]] = {}
@@ -163,18 +173,24 @@ class LoadedCode:
 
     def inline_verify(self, impl: Any, max_qo_len: Any) -> Any:
         self.refresh_caches()
-        return self._guard(self.namespace["mla_spec_inline_verify"], impl, types.SimpleNamespace(max_qo_len=max_qo_len))
+        return self._guard(
+            self.namespace["mla_spec_inline_verify"], impl, types.SimpleNamespace(max_qo_len=max_qo_len)
+        )
 
     def _guard(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except NameError as e:
-            raise RefusedCode(f"{self.label}: {getattr(fn, '__name__', fn)} reaches {e.name!r} at call time, "
-                              "which is outside the stub set") from None
+            raise RefusedCode(
+                f"{self.label}: {getattr(fn, '__name__', fn)} reaches {e.name!r} at call time, "
+                "which is outside the stub set"
+            ) from None
         except AttributeError as e:
             if isinstance(e.obj, types.SimpleNamespace):
-                raise RefusedCode(f"{self.label}: {getattr(fn, '__name__', fn)} reads {e.name!r}, which the harness "
-                                  "does not model") from None
+                raise RefusedCode(
+                    f"{self.label}: {getattr(fn, '__name__', fn)} reads {e.name!r}, which the harness "
+                    "does not model"
+                ) from None
             raise
 
 

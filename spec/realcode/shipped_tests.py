@@ -47,9 +47,16 @@ DEFAULT_ARCH = "gfx950"
 ARCHES = ("gfx942", "gfx950")
 
 # Messages that say an item needs a GPU the CPU child does not have.
-_GPU_NEEDS = ("Torch not compiled with CUDA enabled", "No CUDA GPUs are available", "Found no NVIDIA driver",
-              "CUDA driver initialization failed", "no HIP GPUs", "Cannot access accelerator device",
-              "invalid device ordinal", "device(type='cuda'")
+_GPU_NEEDS = (
+    "Torch not compiled with CUDA enabled",
+    "No CUDA GPUs are available",
+    "Found no NVIDIA driver",
+    "CUDA driver initialization failed",
+    "no HIP GPUs",
+    "Cannot access accelerator device",
+    "invalid device ordinal",
+    "device(type='cuda'",
+)
 
 
 class ShippedTestsError(RuntimeError):
@@ -84,9 +91,14 @@ def resolve_against(release_root: Path, against: str | None, release: str) -> tu
     return code.label, code.file.resolve(), code.tree or release_root
 
 
-def run_shipped_tests(release: str, against: str | None = None, arch: str = DEFAULT_ARCH,
-                      registry_id: str = DEFAULT_REGISTRY, timeout: float = 1800,
-                      select: str | None = None) -> dict[str, Any]:
+def run_shipped_tests(
+    release: str,
+    against: str | None = None,
+    arch: str = DEFAULT_ARCH,
+    registry_id: str = DEFAULT_REGISTRY,
+    timeout: float = 1800,
+    select: str | None = None,
+) -> dict[str, Any]:
     """Run release ``release``'s shipped ROCm AITER MLA tests against ``against``'s backend; the summary dict.
 
     Raises :class:`SourceError` for a release, tree or file that does not
@@ -101,17 +113,33 @@ def run_shipped_tests(release: str, against: str | None = None, arch: str = DEFA
         raise ShippedTestsError(f"vLLM {version} ships no {TESTS_DIR}/*{MARKER}*.py tests")
     label, file, tree = resolve_against(root, against, version)
     started = time.monotonic()
-    data = run_test_files(root / TESTS_DIR, [f.name for f in files], file, tree, arch, registry_id, timeout, select)
-    summary = {"release": version, "against": label, "file": str(file), "tree": str(tree), "arch": arch,
-               "registry": registry_id, "files": [str(TESTS_DIR / f.name) for f in files]}
+    data = run_test_files(
+        root / TESTS_DIR, [f.name for f in files], file, tree, arch, registry_id, timeout, select
+    )
+    summary = {
+        "release": version,
+        "against": label,
+        "file": str(file),
+        "tree": str(tree),
+        "arch": arch,
+        "registry": registry_id,
+        "files": [str(TESTS_DIR / f.name) for f in files],
+    }
     summary.update(data)
     summary["wall_s"] = round(time.monotonic() - started, 2)
     return summary
 
 
-def run_test_files(tests_dir: Path, names: list[str], file: Path, tree: Path, arch: str = DEFAULT_ARCH,
-                   registry_id: str = DEFAULT_REGISTRY, timeout: float = 1800,
-                   select: str | None = None) -> dict[str, Any]:
+def run_test_files(
+    tests_dir: Path,
+    names: list[str],
+    file: Path,
+    tree: Path,
+    arch: str = DEFAULT_ARCH,
+    registry_id: str = DEFAULT_REGISTRY,
+    timeout: float = 1800,
+    select: str | None = None,
+) -> dict[str, Any]:
     """Run test files ``names`` of folder ``tests_dir`` (copied whole to scratch ``tests/v1/attention``) in the child.
 
     ``file`` is the rocm_aiter_mla.py under test, ``tree`` the vLLM tree the
@@ -126,13 +154,27 @@ def run_test_files(tests_dir: Path, names: list[str], file: Path, tree: Path, ar
             (d / "__init__.py").touch(exist_ok=True)
         (work / "pytest.ini").write_text("[pytest]\n")
         out = work / "result.json"
-        request = {"file": str(file), "tree": str(tree), "arch": arch, "registry": registry_id,
-                   "tests": [str(TESTS_DIR / n) for n in names], "out": str(out), "select": select}
+        request = {
+            "file": str(file),
+            "tree": str(tree),
+            "arch": arch,
+            "registry": registry_id,
+            "tests": [str(TESTS_DIR / n) for n in names],
+            "out": str(out),
+            "select": select,
+        }
         env = child_env("PYTEST_")
         env.update(PYTEST_DISABLE_PLUGIN_AUTOLOAD="1", CUDA_VISIBLE_DEVICES="", HIP_VISIBLE_DEVICES="")
         try:
-            proc = subprocess.run([sys.executable, "-m", "spec.realcode.shipped_tests"], input=json.dumps(request),
-                                  capture_output=True, text=True, cwd=scratch, env=env, timeout=timeout)
+            proc = subprocess.run(
+                [sys.executable, "-m", "spec.realcode.shipped_tests"],
+                input=json.dumps(request),
+                capture_output=True,
+                text=True,
+                cwd=scratch,
+                env=env,
+                timeout=timeout,
+            )
         except subprocess.TimeoutExpired:
             raise ShippedTestsError(f"the shipped tests ran past {timeout:.0f}s") from None
         if not out.is_file():
@@ -155,7 +197,9 @@ def _chain(e: BaseException | None) -> list[BaseException]:
     return seen
 
 
-def _real_class_defines(tree: Path, module: str, cls: str, name: str, seen: set[tuple[str, str]]) -> str | None:
+def _real_class_defines(
+    tree: Path, module: str, cls: str, name: str, seen: set[tuple[str, str]]
+) -> str | None:
     """Where the real vLLM class ``module.cls`` of ``tree`` (or a base of it, through the tree) defines ``name``."""
     import ast
 
@@ -167,8 +211,12 @@ def _real_class_defines(tree: Path, module: str, cls: str, name: str, seen: set[
         body = ast.parse((tree / rel).read_text()).body
     except (OSError, SyntaxError):
         return None
-    imported = {a.asname or a.name: n.module for n in body if isinstance(n, ast.ImportFrom) and n.module
-                for a in n.names}
+    imported = {
+        a.asname or a.name: n.module
+        for n in body
+        if isinstance(n, ast.ImportFrom) and n.module
+        for a in n.names
+    }
     for node in body:
         if not (isinstance(node, ast.ClassDef) and node.name == cls):
             continue
@@ -211,8 +259,10 @@ def _stub_base_gap(e: BaseException) -> str | None:
             continue
         found = _real_class_defines(tree, c.__module__, c.__name__, name, set())
         if found:
-            return (f"needs {name}, which vLLM defines at {found}; the harness stub {c.__module__}.{c.__name__} "
-                    "does not stub it")
+            return (
+                f"needs {name}, which vLLM defines at {found}; the harness stub {c.__module__}.{c.__name__} "
+                "does not stub it"
+            )
     return None
 
 
@@ -236,8 +286,9 @@ def _needs(exc: BaseException | None, text: str = "") -> str | None:
             if "the harness does not stub" in line or "has no CPU rendering in the harness" in line:
                 return f"needs what the harness stubs lack: {line.strip().lstrip('E').strip()}"
         if any(s in text for s in _GPU_NEEDS):
-            return "needs a GPU: " + next(ln.strip().lstrip("E").strip() for ln in text.splitlines()
-                                           if any(s in ln for s in _GPU_NEEDS))
+            return "needs a GPU: " + next(
+                ln.strip().lstrip("E").strip() for ln in text.splitlines() if any(s in ln for s in _GPU_NEEDS)
+            )
     return None
 
 
@@ -297,8 +348,12 @@ class _Collector:
         st = mla_spec_stub.STATE
         ran = sorted({c["entry"] for c in st.calls if "raised" not in c})
         if ran and st.kernel is None and self.outcomes[nodeid]["outcome"] in ("passed", "failed"):
-            self.outcomes[nodeid] = {"outcome": "not_runnable", "reason": (
-                f"needs a real AITER kernel: reaches {', '.join(ran)}, which the stubs record but do not compute")}
+            self.outcomes[nodeid] = {
+                "outcome": "not_runnable",
+                "reason": (
+                    f"needs a real AITER kernel: reaches {', '.join(ran)}, which the stubs record but do not compute"
+                ),
+            }
 
     def pytest_exception_interact(self, node: Any, call: Any, report: Any) -> None:
         # for a collection error this runs before pytest_collectreport: keep the exception object
@@ -319,12 +374,21 @@ class _Collector:
 
     def summary(self) -> dict[str, Any]:
         rows = [(n, self.outcomes[n]) for n in self.order]
-        count = {k: sum(1 for _, o in rows if o["outcome"] == k) for k in ("passed", "failed", "error", "skipped")}
+        count = {
+            k: sum(1 for _, o in rows if o["outcome"] == k) for k in ("passed", "failed", "error", "skipped")
+        }
         return {
-            "items": len(rows), "passed": count["passed"], "failed": count["failed"], "errors": count["error"],
+            "items": len(rows),
+            "passed": count["passed"],
+            "failed": count["failed"],
+            "errors": count["error"],
             "skipped": count["skipped"],
-            "not_runnable": [{"item": n, "reason": o["reason"]} for n, o in rows if o["outcome"] == "not_runnable"],
-            "failures": [{"item": n, "message": o["message"]} for n, o in rows if o["outcome"] in ("failed", "error")],
+            "not_runnable": [
+                {"item": n, "reason": o["reason"]} for n, o in rows if o["outcome"] == "not_runnable"
+            ],
+            "failures": [
+                {"item": n, "message": o["message"]} for n, o in rows if o["outcome"] in ("failed", "error")
+            ],
             "skips": [{"item": n, "reason": o["reason"]} for n, o in rows if o["outcome"] == "skipped"],
         }
 
@@ -373,8 +437,22 @@ def child_main() -> None:
     import pytest
 
     collector = _Collector()
-    args = ["-q", "-p", "no:cacheprovider", "-c", "pytest.ini", "--rootdir", ".", "-o", "addopts=",
-            "--tb=short", "--continue-on-collection-errors", "-W", "ignore::pytest.PytestUnknownMarkWarning", *request["tests"]]
+    args = [
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-c",
+        "pytest.ini",
+        "--rootdir",
+        ".",
+        "-o",
+        "addopts=",
+        "--tb=short",
+        "--continue-on-collection-errors",
+        "-W",
+        "ignore::pytest.PytestUnknownMarkWarning",
+        *request["tests"],
+    ]
     if request.get("select"):
         args += ["-k", request["select"]]
     code = pytest.main(args, plugins=[collector, _exc_carrier()])

@@ -44,7 +44,7 @@ def cache_dir() -> Path:
 
 def release_version(spec: str) -> str | None:
     """The version a release spec names, ``0.28.0`` or ``vllm==0.28.0`` (one spelling everywhere); None for a path."""
-    bare = spec[len("vllm=="):] if spec.startswith("vllm==") else spec
+    bare = spec[len("vllm==") :] if spec.startswith("vllm==") else spec
     return bare if is_release(bare) else None
 
 
@@ -65,13 +65,28 @@ def release_tree(version: str) -> Path:
         return root
     with tempfile.TemporaryDirectory(prefix="mla-spec-pip-") as tmp:
         env = dict(os.environ, TMPDIR=tmp, PIP_DISABLE_PIP_VERSION_CHECK="1")
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-               "--no-build-isolation", "--no-clean", f"vllm=={version}", "-d", os.path.join(tmp, "out")]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "--no-build-isolation",
+            "--no-clean",
+            f"vllm=={version}",
+            "-d",
+            os.path.join(tmp, "out"),
+        ]
         # A transient status on a terminal (nothing on a pipe, so an error stays one line).
-        with Console(stderr=True).status(f"fetching the vLLM {version} sdist from PyPI (about 40-50 MB, once) "
-                                         f"into {root.parent}"):
+        with Console(stderr=True).status(
+            f"fetching the vLLM {version} sdist from PyPI (about 40-50 MB, once) into {root.parent}"
+        ):
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
-        found = sorted(Path(tmp).glob(f"pip-*/vllm_*/{RELATIVE_PATH}")) or sorted(Path(tmp).rglob(str(RELATIVE_PATH)))
+        found = sorted(Path(tmp).glob(f"pip-*/vllm_*/{RELATIVE_PATH}")) or sorted(
+            Path(tmp).rglob(str(RELATIVE_PATH))
+        )
         if not found:
             if "No matching distribution" in proc.stderr or "Could not find a version" in proc.stderr:
                 raise SourceError(f"vLLM release {version} does not exist on PyPI")
@@ -125,7 +140,9 @@ def resolve(spec: str) -> Source:
                 p = candidate
                 break
         else:
-            raise SourceError(f"{spec}: no {RELATIVE_PATH} in this directory (a vLLM tree or installed vllm package)")
+            raise SourceError(
+                f"{spec}: no {RELATIVE_PATH} in this directory (a vLLM tree or installed vllm package)"
+            )
     if not p.is_file():
         raise SourceError(f"{spec}: no such file, directory or vLLM release")
     try:

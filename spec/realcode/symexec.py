@@ -17,7 +17,8 @@ sandbox's own ``int``, hashing a symbol, too many paths) raise
 from __future__ import annotations
 
 import builtins
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import z3
 
@@ -30,7 +31,7 @@ class LiftingUnsupported(Exception):
     """The real code did something path exploration does not follow."""
 
 
-_current: list["Explorer"] = []
+_current: list[Explorer] = []
 
 
 def _decide(cond: Any) -> bool:
@@ -61,7 +62,7 @@ class SymBool:
     def __bool__(self) -> bool:
         return _decide(self.term)
 
-    def __invert__(self) -> "SymBool":
+    def __invert__(self) -> SymBool:
         return SymBool(z3.Not(self.term))
 
     def __eq__(self, other: Any) -> Any:  # type: ignore[override]
@@ -85,16 +86,27 @@ class SymInt:
     def __init__(self, term: Any) -> None:
         self.term = term
 
-    def _bin(self, other: Any, op: Callable, reflected: bool = False) -> "SymInt":
+    def _bin(self, other: Any, op: Callable, reflected: bool = False) -> SymInt:
         a, b = self.term, _int_term(other)
         return SymInt(op(b, a) if reflected else op(a, b))
 
-    def __add__(self, o): return self._bin(o, lambda a, b: a + b)
-    def __radd__(self, o): return self._bin(o, lambda a, b: a + b, True)
-    def __sub__(self, o): return self._bin(o, lambda a, b: a - b)
-    def __rsub__(self, o): return self._bin(o, lambda a, b: a - b, True)
-    def __mul__(self, o): return self._bin(o, lambda a, b: a * b)
-    def __rmul__(self, o): return self._bin(o, lambda a, b: a * b, True)
+    def __add__(self, o):
+        return self._bin(o, lambda a, b: a + b)
+
+    def __radd__(self, o):
+        return self._bin(o, lambda a, b: a + b, True)
+
+    def __sub__(self, o):
+        return self._bin(o, lambda a, b: a - b)
+
+    def __rsub__(self, o):
+        return self._bin(o, lambda a, b: a - b, True)
+
+    def __mul__(self, o):
+        return self._bin(o, lambda a, b: a * b)
+
+    def __rmul__(self, o):
+        return self._bin(o, lambda a, b: a * b, True)
 
     def __floordiv__(self, o):
         if not isinstance(o, int) or o <= 0:
@@ -124,11 +136,20 @@ class SymInt:
             term = z3.If(self.term == d, z3.IntVal(o % d), term)
         return SymInt(term)
 
-    def __neg__(self): return SymInt(-self.term)
-    def __lt__(self, o): return SymBool(self.term < _int_term(o))
-    def __le__(self, o): return SymBool(self.term <= _int_term(o))
-    def __gt__(self, o): return SymBool(self.term > _int_term(o))
-    def __ge__(self, o): return SymBool(self.term >= _int_term(o))
+    def __neg__(self):
+        return SymInt(-self.term)
+
+    def __lt__(self, o):
+        return SymBool(self.term < _int_term(o))
+
+    def __le__(self, o):
+        return SymBool(self.term <= _int_term(o))
+
+    def __gt__(self, o):
+        return SymBool(self.term > _int_term(o))
+
+    def __ge__(self, o):
+        return SymBool(self.term >= _int_term(o))
 
     def __eq__(self, o):  # type: ignore[override]
         if o is None or isinstance(o, str):
@@ -189,7 +210,7 @@ class SymStr:
     def startswith(self, prefix: str) -> SymBool:
         return self._is([v for v in self.enum.values if v.startswith(prefix)])
 
-    def lower(self) -> "SymStr":
+    def lower(self) -> SymStr:
         if any(v != v.lower() for v in self.enum.values):
             raise LiftingUnsupported("lower() of an enumeration with upper-case values")
         return self
@@ -264,7 +285,9 @@ class Explorer:
                 except LiftingUnsupported:
                     raise
                 except Exception as e:  # the real code raises on this path
-                    raise LiftingUnsupported(f"the code raises {type(e).__name__} on a feasible path: {e}") from None
+                    raise LiftingUnsupported(
+                        f"the code raises {type(e).__name__} on a feasible path: {e}"
+                    ) from None
                 paths.append((list(self.conds), value))
                 for i in range(len(self.forced), len(self.trace)):
                     if self.both_feasible[i]:

@@ -76,7 +76,7 @@ def wrap_condition(text: str, width: int = 46) -> str:
         tok = m.group()
         depth += {"(": 1, ")": -1}.get(tok, 0)
         if tok.strip() in "∧∨" and depth == 0:
-            parts.append(text[start:m.end() - 1])
+            parts.append(text[start : m.end() - 1])
             start = m.end()
     parts.append(text[start:])
     lines: list[str] = []
@@ -93,11 +93,13 @@ def wrap_condition(text: str, width: int = 46) -> str:
 
 def _leaf_order(g: nx.DiGraph) -> list[str]:
     """Leaves grouped by the paths that reach them (in PATHS order), then arch, kernels before failures."""
+
     def key(n: str) -> tuple:
         live = [PATHS.index(u) for u in g.predecessors(n) if g.edges[u, n]["reachable"]]
         src = live or [PATHS.index(u) for u in g.predecessors(n)]
         a = g.nodes[n]
         return min(src), max(src), a.get("arch") or "", a["kind"] == "failure", a["label"]
+
     leaves = [n for n, a in g.nodes.items() if a["kind"] in ("kernel", "failure")]
     return sorted(leaves, key=key)
 
@@ -159,14 +161,26 @@ def draw(g: nx.DiGraph, out: Path) -> None:
         style = _style(g, n)
         fill, border = STYLE[style]
         leaf = g.nodes[n]["kind"] in ("kernel", "failure")
-        texts.update(nx.draw_networkx_labels(
-            g, pos, labels={n: node_text(g, n)}, ax=ax, font_size=_LEAF_PT if leaf else _NODE_PT,
-            font_color=_DEAD_TEXT if style == "dead" else "#1a1a1a", font_family="DejaVu Sans",
-            horizontalalignment="left" if leaf else "center",
-            font_weight="bold" if g.nodes[n]["kind"] == "path" else "normal",
-            bbox={"boxstyle": f"round,pad={_PAD}", "facecolor": fill, "edgecolor": border,
-                  "linestyle": "--" if style == "dead" else "-", "linewidth": 1.0},
-        ))
+        texts.update(
+            nx.draw_networkx_labels(
+                g,
+                pos,
+                labels={n: node_text(g, n)},
+                ax=ax,
+                font_size=_LEAF_PT if leaf else _NODE_PT,
+                font_color=_DEAD_TEXT if style == "dead" else "#1a1a1a",
+                font_family="DejaVu Sans",
+                horizontalalignment="left" if leaf else "center",
+                font_weight="bold" if g.nodes[n]["kind"] == "path" else "normal",
+                bbox={
+                    "boxstyle": f"round,pad={_PAD}",
+                    "facecolor": fill,
+                    "edgecolor": border,
+                    "linestyle": "--" if style == "dead" else "-",
+                    "linewidth": 1.0,
+                },
+            )
+        )
     heading = _heading(ax, g, Patch)
     # Boxes in inches: the text's extent plus the bbox pad (no full draw needed); the figure ends at the widest.
     renderer = fig.canvas.get_renderer()
@@ -189,7 +203,9 @@ def draw(g: nx.DiGraph, out: Path) -> None:
         vx0, vy0, vx1, vy1 = box[v]
         vertical = abs(pos[u][0] - pos[v][0]) < 1e-6
         s, e = ("out", u, v), ("in", u, v)
-        fan = sorted((w for w in g.successors(u) if g.edges[u, w]["kind"] == "leaf"), key=lambda w: -pos[w][1])
+        fan = sorted(
+            (w for w in g.successors(u) if g.edges[u, w]["kind"] == "leaf"), key=lambda w: -pos[w][1]
+        )
         out_y = uy1 - (uy1 - uy0) * (fan.index(v) + 1) / (len(fan) + 1) if v in fan else (uy0 + uy1) / 2
         port_pos[s] = ((ux0 + ux1) / 2, uy0) if vertical else (ux1, out_y)
         port_pos[e] = ((vx0 + vx1) / 2, vy1) if vertical else (vx0, (vy0 + vy1) / 2)
@@ -198,13 +214,26 @@ def draw(g: nx.DiGraph, out: Path) -> None:
             labels[s, e] = "no" if a["kind"] == "no" else wrap_condition(a["condition"])
     for live in (False, True):
         nx.draw_networkx_edges(
-            ports, port_pos, edgelist=[e for e, a in ports.edges.items() if a["reachable"] == live], ax=ax,
-            node_size=0, arrows=True, arrowstyle="-|>", arrowsize=9, edge_color="#444444" if live else "#b0b0b0",
-            style="-" if live else "--", width=1.0 if live else 0.8,
+            ports,
+            port_pos,
+            edgelist=[e for e, a in ports.edges.items() if a["reachable"] == live],
+            ax=ax,
+            node_size=0,
+            arrows=True,
+            arrowstyle="-|>",
+            arrowsize=9,
+            edge_color="#444444" if live else "#b0b0b0",
+            style="-" if live else "--",
+            width=1.0 if live else 0.8,
         )
         nx.draw_networkx_edge_labels(
-            ports, port_pos, edge_labels={e: t for e, t in labels.items() if ports.edges[e]["reachable"] == live},
-            ax=ax, rotate=False, font_size=_LEAF_PT, font_color="#1a1a1a" if live else _DEAD_TEXT,
+            ports,
+            port_pos,
+            edge_labels={e: t for e, t in labels.items() if ports.edges[e]["reachable"] == live},
+            ax=ax,
+            rotate=False,
+            font_size=_LEAF_PT,
+            font_color="#1a1a1a" if live else _DEAD_TEXT,
             bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": "none", "alpha": 0.95},
         )
     if out.suffix.lower() == ".svg":
@@ -217,21 +246,55 @@ def draw(g: nx.DiGraph, out: Path) -> None:
 def _heading(ax: Any, g: nx.DiGraph, patch: Any) -> list[Any]:
     """Title (revision, registry), how to read the picture and the legend, above the graph; returns the texts."""
     counts = ", ".join(f"{arch} {n} of {total}" for arch, (n, total) in g.graph["asm_kernels"].items())
-    title = ax.text(0.25, -0.22, f"vLLM ROCm AITER MLA decode routing: {g.graph['revision']} ({g.graph['title']}) "
-                    f"with {g.graph['registry']}", fontsize=13, fontweight="bold", va="top")
-    how = ax.text(0.25, -0.6, "\n".join((
-        "Left to right: forward_mqa's decisions in vLLM's order -> the five paths -> what finally runs.",
-        "Reachable: z3 finds a shape the engine accepts that gets there; dead (grey, dashed): no valid shape does.",
-        "ASM kernel leaf: AITER's code object; arch, q/kv dtype and the lookup key after asm_mla.cu's normalisation "
-        "(gqa', qseqlen', ps' = persistent, causal').",
-        f"Distinct ASM decode kernels reached: {counts} in {g.graph['registry']}'s tables.",
-    )), fontsize=8.5, va="top", color="#333333", linespacing=1.4)
-    legend = [patch(facecolor=STYLE[k][0], edgecolor=STYLE[k][1], label=t, linestyle="--" if k == "dead" else "-")
-              for k, t in (("decision", "decision (yes: condition on the edge)"), ("gluon", "Gluon path"),
-                           ("triton", "Triton path"), ("asm", "ASM path"), ("kernel", "kernel a valid shape reaches"),
-                           ("failure", "failure a valid shape reaches"), ("dead", "dead: no valid shape"))]
-    ax.legend(handles=legend, loc="upper left", bbox_to_anchor=(0.2, -1.45), bbox_transform=ax.transData,
-              ncol=len(legend), fontsize=8.5, frameon=False, handlelength=1.6, columnspacing=1.4)
+    title = ax.text(
+        0.25,
+        -0.22,
+        f"vLLM ROCm AITER MLA decode routing: {g.graph['revision']} ({g.graph['title']}) "
+        f"with {g.graph['registry']}",
+        fontsize=13,
+        fontweight="bold",
+        va="top",
+    )
+    how = ax.text(
+        0.25,
+        -0.6,
+        "\n".join(
+            (
+                "Left to right: forward_mqa's decisions in vLLM's order -> the five paths -> what finally runs.",
+                "Reachable: z3 finds a shape the engine accepts that gets there; dead (grey, dashed): no valid shape does.",
+                "ASM kernel leaf: AITER's code object; arch, q/kv dtype and the lookup key after asm_mla.cu's normalisation "
+                "(gqa', qseqlen', ps' = persistent, causal').",
+                f"Distinct ASM decode kernels reached: {counts} in {g.graph['registry']}'s tables.",
+            )
+        ),
+        fontsize=8.5,
+        va="top",
+        color="#333333",
+        linespacing=1.4,
+    )
+    legend = [
+        patch(facecolor=STYLE[k][0], edgecolor=STYLE[k][1], label=t, linestyle="--" if k == "dead" else "-")
+        for k, t in (
+            ("decision", "decision (yes: condition on the edge)"),
+            ("gluon", "Gluon path"),
+            ("triton", "Triton path"),
+            ("asm", "ASM path"),
+            ("kernel", "kernel a valid shape reaches"),
+            ("failure", "failure a valid shape reaches"),
+            ("dead", "dead: no valid shape"),
+        )
+    ]
+    ax.legend(
+        handles=legend,
+        loc="upper left",
+        bbox_to_anchor=(0.2, -1.45),
+        bbox_transform=ax.transData,
+        ncol=len(legend),
+        fontsize=8.5,
+        frameon=False,
+        handlelength=1.6,
+        columnspacing=1.4,
+    )
     return [title, how]
 
 
@@ -241,7 +304,9 @@ def _save_png(fig: Any, out: Path) -> None:
     from PIL import Image
 
     fig.canvas.draw()
-    rgba = Image.frombuffer("RGBA", fig.canvas.get_width_height(), fig.canvas.buffer_rgba(), "raw", "RGBA", 0, 1)
+    rgba = Image.frombuffer(
+        "RGBA", fig.canvas.get_width_height(), fig.canvas.buffer_rgba(), "raw", "RGBA", 0, 1
+    )
     rgba.convert("RGB").quantize(colors=128, method=Image.Quantize.FASTOCTREE).save(out, format="PNG")
 
 
@@ -252,18 +317,38 @@ def to_dot(g: nx.DiGraph) -> Any:
     """The same graph for graphviz users: rankdir LR, decisions as diamonds, dead nodes dashed."""
     import pydot
 
-    dot = pydot.Dot(graph_type="digraph", rankdir="LR", fontname="Helvetica", labelloc="t",
-                    label=f'"{g.graph["revision"]} with {g.graph["registry"]}: dashed = dead (no valid shape)"')
+    dot = pydot.Dot(
+        graph_type="digraph",
+        rankdir="LR",
+        fontname="Helvetica",
+        labelloc="t",
+        label=f'"{g.graph["revision"]} with {g.graph["registry"]}: dashed = dead (no valid shape)"',
+    )
     shapes = {"decision": "diamond", "path": "box", "kernel": "box", "failure": "octagon"}
     for n, a in g.nodes.items():
         fill, border = STYLE[_style(g, n)]
-        dot.add_node(pydot.Node(_quote(n), label=_quote(node_text(g, n)), shape=shapes[a["kind"]],
-                                style='"filled,dashed"' if not a["reachable"] else "filled",
-                                fillcolor=_quote(fill), color=_quote(border), fontname="Helvetica"))
+        dot.add_node(
+            pydot.Node(
+                _quote(n),
+                label=_quote(node_text(g, n)),
+                shape=shapes[a["kind"]],
+                style='"filled,dashed"' if not a["reachable"] else "filled",
+                fillcolor=_quote(fill),
+                color=_quote(border),
+                fontname="Helvetica",
+            )
+        )
     for (u, v), a in g.edges.items():
         label = {"no": "no", "leaf": ""}.get(a["kind"], a["condition"])
-        dot.add_edge(pydot.Edge(_quote(u), _quote(v), label=_quote(label), tooltip=_quote(a["condition"]),
-                                style="solid" if a["reachable"] else "dashed"))
+        dot.add_edge(
+            pydot.Edge(
+                _quote(u),
+                _quote(v),
+                label=_quote(label),
+                tooltip=_quote(a["condition"]),
+                style="solid" if a["reachable"] else "dashed",
+            )
+        )
     return dot
 
 

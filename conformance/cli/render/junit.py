@@ -7,7 +7,8 @@ counterexample class), UNKNOWN a skipped case with the reason: a timeout is neve
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from mla_model.shape import Shape
 from spec.proof.invariants import INVARIANT_BY_ID
@@ -21,17 +22,30 @@ def check_report(results: list[CheckResult], shape_text: Callable[[Shape], str])
     suites = ET.Element("testsuites", name="mla-spec check")
     for key in dict.fromkeys((r.revision, r.registry) for r in results):
         rows = [r for r in results if (r.revision, r.registry) == key]
-        suite = ET.SubElement(suites, "testsuite", name=f"{key[0]} with {key[1]}", tests=str(len(rows)),
-                              failures=str(sum(r.verdict == VIOLATED for r in rows)),
-                              skipped=str(sum(r.verdict == UNKNOWN for r in rows)))
+        suite = ET.SubElement(
+            suites,
+            "testsuite",
+            name=f"{key[0]} with {key[1]}",
+            tests=str(len(rows)),
+            failures=str(sum(r.verdict == VIOLATED for r in rows)),
+            skipped=str(sum(r.verdict == UNKNOWN for r in rows)),
+        )
         for r in rows:
-            case = ET.SubElement(suite, "testcase", classname=f"{r.revision}.{r.registry}", name=r.invariant,
-                                 time=f"{r.seconds:.3f}")
+            case = ET.SubElement(
+                suite,
+                "testcase",
+                classname=f"{r.revision}.{r.registry}",
+                name=r.invariant,
+                time=f"{r.seconds:.3f}",
+            )
             if r.verdict == VIOLATED:
-                failure = ET.SubElement(case, "failure", message=INVARIANT_BY_ID[r.invariant].symptom,
-                                        type="VIOLATED")
-                failure.text = "\n".join(f"{shape_text(c.shape)} -> {c.route['path']}: {c.symptom.split(' -> ')[0]}"
-                                         for c in r.counterexamples)
+                failure = ET.SubElement(
+                    case, "failure", message=INVARIANT_BY_ID[r.invariant].symptom, type="VIOLATED"
+                )
+                failure.text = "\n".join(
+                    f"{shape_text(c.shape)} -> {c.route['path']}: {c.symptom.split(' -> ')[0]}"
+                    for c in r.counterexamples
+                )
             elif r.verdict == UNKNOWN:
                 ET.SubElement(case, "skipped", message=f"UNKNOWN: {r.reason}")
     ET.indent(suites)

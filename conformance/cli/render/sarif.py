@@ -29,8 +29,9 @@ layer above ``spec``.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from mla_model.revisions import REVISIONS
 from mla_model.shape import Shape
@@ -60,58 +61,80 @@ def check_log(results: list[CheckResult], shape_text: ShapeText) -> dict[str, An
             text = f"{r.invariant} is UNKNOWN on {where}: {r.reason or 'the solver gave no answer'}"
         elif r.counterexamples:
             c = r.counterexamples[0]
-            text = (f"{r.invariant} is VIOLATED on {where} ({r.classes}{'' if r.complete else '+'} counterexample "
-                    f"class{'es' if r.classes != 1 else ''}); smallest: {shape_text(c.shape)} -> {c.route['path']}: "
-                    f"{c.symptom}")
+            text = (
+                f"{r.invariant} is VIOLATED on {where} ({r.classes}{'' if r.complete else '+'} counterexample "
+                f"class{'es' if r.classes != 1 else ''}); smallest: {shape_text(c.shape)} -> {c.route['path']}: "
+                f"{c.symptom}"
+            )
         else:
             text = f"{r.invariant} is VIOLATED on {where}: {r.reason}"
-        out.append({
-            "ruleId": r.invariant,
-            "ruleIndex": checked.index(r.invariant),
-            "level": "error" if r.verdict == VIOLATED else "warning",
-            "message": {"text": text},
-            "locations": [revision_location(r.revision, INVARIANT_BY_ID[r.invariant].anchor)],
-            "partialFingerprints": {"mlaSpecCheck/v1": f"{r.revision}|{r.registry}|{r.invariant}"},
-            "properties": r.to_json(),
-        })
+        out.append(
+            {
+                "ruleId": r.invariant,
+                "ruleIndex": checked.index(r.invariant),
+                "level": "error" if r.verdict == VIOLATED else "warning",
+                "message": {"text": text},
+                "locations": [revision_location(r.revision, INVARIANT_BY_ID[r.invariant].anchor)],
+                "partialFingerprints": {"mlaSpecCheck/v1": f"{r.revision}|{r.registry}|{r.invariant}"},
+                "properties": r.to_json(),
+            }
+        )
     return _log(rules, out)
 
 
 def diff_log(d: Diff, fail_on_new_routes: bool, shape_text: ShapeText) -> dict[str, Any]:
     """The SARIF log of a diff: one result per region of changed routes."""
     rules = [
-        {"id": "new-route", "name": "NewRoute",
-         "shortDescription": {"text": "NEW sends shapes to a path or kernel OLD did not use for them."},
-         "fullDescription": {"text": "A decode step that changes path or kernel runs different code in production: "
-                                     "check it against the invariants (mla-spec check) and replay it on a GPU."},
-         "defaultConfiguration": {"level": "warning"}},
-        {"id": "metadata-sizing", "name": "MetadataSizing",
-         "shortDescription": {"text": "NEW sizes the persistent metadata differently against "
-                                      "reorder_batch_threshold, on the same path and kernel."},
-         "fullDescription": {"text": "Buffers sized below the longest query the scheduler can hand decode close the "
-                                     "persistent gate for longer steps (vLLM #51011)."},
-         "defaultConfiguration": {"level": "note"}},
+        {
+            "id": "new-route",
+            "name": "NewRoute",
+            "shortDescription": {"text": "NEW sends shapes to a path or kernel OLD did not use for them."},
+            "fullDescription": {
+                "text": "A decode step that changes path or kernel runs different code in production: "
+                "check it against the invariants (mla-spec check) and replay it on a GPU."
+            },
+            "defaultConfiguration": {"level": "warning"},
+        },
+        {
+            "id": "metadata-sizing",
+            "name": "MetadataSizing",
+            "shortDescription": {
+                "text": "NEW sizes the persistent metadata differently against "
+                "reorder_batch_threshold, on the same path and kernel."
+            },
+            "fullDescription": {
+                "text": "Buffers sized below the longest query the scheduler can hand decode close the "
+                "persistent gate for longer steps (vLLM #51011)."
+            },
+            "defaultConfiguration": {"level": "note"},
+        },
     ]
     out = []
     for region in d.regions:
         rule = "new-route" if region.new_route_taken else "metadata-sizing"
         level = "note" if rule == "metadata-sizing" else "error" if fail_on_new_routes else "warning"
-        out.append({
-            "ruleId": rule,
-            "ruleIndex": 0 if rule == "new-route" else 1,
-            "level": level,
-            "message": {"text": _region_text(d, region, shape_text)},
-            "locations": [revision_location(d.new.id)],
-            "partialFingerprints": {"mlaSpecDiff/v1": f"{d.old.id}|{d.new.id}|{d.registry}|{region.constraint}|"
-                                                      f"{region.old_route.text()}|{region.new_route.text()}"},
-            "properties": region.to_json(),
-        })
+        out.append(
+            {
+                "ruleId": rule,
+                "ruleIndex": 0 if rule == "new-route" else 1,
+                "level": level,
+                "message": {"text": _region_text(d, region, shape_text)},
+                "locations": [revision_location(d.new.id)],
+                "partialFingerprints": {
+                    "mlaSpecDiff/v1": f"{d.old.id}|{d.new.id}|{d.registry}|{region.constraint}|"
+                    f"{region.old_route.text()}|{region.new_route.text()}"
+                },
+                "properties": region.to_json(),
+            }
+        )
     return _log(rules, out)
 
 
 def _region_text(d: Diff, region: Region, shape_text: ShapeText) -> str:
-    return (f"{d.old.id} -> {d.new.id} with {d.registry}: {region.shapes:,} shapes ({region.constraint}) move "
-            f"from {region.old_route.text()} to {region.new_route.text()}; smallest: {shape_text(region.example)}")
+    return (
+        f"{d.old.id} -> {d.new.id} with {d.registry}: {region.shapes:,} shapes ({region.constraint}) move "
+        f"from {region.old_route.text()} to {region.new_route.text()}; smallest: {shape_text(region.example)}"
+    )
 
 
 def _invariant_rule(inv: Any) -> dict[str, Any]:
@@ -130,7 +153,9 @@ def revision_location(revision_id: str, anchor: str = DEFAULT_ANCHOR) -> dict[st
     """Where a revision's routing code lives, as a SARIF location: for real code, the line of ``anchor``."""
     if revision_id in REVISIONS:
         route = REVISIONS[revision_id].route
-        route = getattr(route, "func", route)  # the dcp-era revisions bind their features with functools.partial
+        route = getattr(
+            route, "func", route
+        )  # the dcp-era revisions bind their features with functools.partial
         module = Path(inspect.getsourcefile(route)).resolve()
         uri = module.relative_to(_ROOT).as_posix() if module.is_relative_to(_ROOT) else module.as_uri()
         return _location(uri, inspect.getsourcelines(route)[1], base=module.is_relative_to(_ROOT))
@@ -172,8 +197,10 @@ def _log(rules: list[dict[str, Any]], results: list[dict[str, Any]]) -> dict[str
     return {
         "$schema": SCHEMA,
         "version": "2.1.0",
-        "runs": [{
-            "tool": {"driver": {"name": "mla-spec", "version": tool_version, "rules": rules}},
-            "results": results,
-        }],
+        "runs": [
+            {
+                "tool": {"driver": {"name": "mla-spec", "version": tool_version, "rules": rules}},
+                "results": results,
+            }
+        ],
     }

@@ -17,7 +17,13 @@ if TYPE_CHECKING:
 
 
 def shape_summary(s: Shape) -> str:
-    parts = [s.arch, f"kv={s.kv_cache_dtype}", f"q={s.q_dtype}", f"heads={s.num_heads}", f"qlen={s.max_qo_len}"]
+    parts = [
+        s.arch,
+        f"kv={s.kv_cache_dtype}",
+        f"q={s.q_dtype}",
+        f"heads={s.num_heads}",
+        f"qlen={s.max_qo_len}",
+    ]
     parts.append("no drafter" if s.spec_method == "none" else f"{s.spec_method} k={s.num_spec_tokens}")
     defaults = Shape(arch=s.arch, kv_cache_dtype=s.kv_cache_dtype)
     for name in ("asm_padding_mode", "gluon_build", "num_reqs", "dcp_world_size", "causal", "kv_cache_bytes"):
@@ -29,6 +35,7 @@ def shape_summary(s: Shape) -> str:
 def label_count(n: int, noun: str) -> str:
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
+
 def _cell(r: CheckResult) -> str:
     if r.verdict == PROVED:
         return "[green]PROVED[/]"
@@ -36,6 +43,7 @@ def _cell(r: CheckResult) -> str:
         return "[yellow]UNKNOWN[/]"
     more = "" if r.complete else "+"
     return f"[red]VIOLATED ({r.classes}{more})[/]"
+
 
 def check_table(results: list[CheckResult], console: Console) -> None:
     registries = list(dict.fromkeys(r.registry for r in results))
@@ -49,25 +57,35 @@ def check_table(results: list[CheckResult], console: Console) -> None:
     invariants = list(dict.fromkeys(r.invariant for r in results))
     for i, rev in enumerate(revisions):
         for j, inv_id in enumerate(invariants):
-            cells = [_cell(by_key[(rev, reg, inv_id)]) if (rev, reg, inv_id) in by_key else "" for reg in registries]
+            cells = [
+                _cell(by_key[(rev, reg, inv_id)]) if (rev, reg, inv_id) in by_key else ""
+                for reg in registries
+            ]
             table.add_row(rev if j == 0 else "", inv_id, *cells, end_section=(j == len(invariants) - 1))
     console.print(table)
     for r in results:
         if r.verdict == VIOLATED:
             inv = INVARIANT_BY_ID[r.invariant]
             shown = f"{len(r.counterexamples)} class{'es' if len(r.counterexamples) != 1 else ''}"
-            console.print(f"\n[red]VIOLATED[/] [bold]{r.invariant}[/] on {r.revision} with {r.registry} "
-                          f"({shown}{'' if r.complete else ', more not enumerated'})")
+            console.print(
+                f"\n[red]VIOLATED[/] [bold]{r.invariant}[/] on {r.revision} with {r.registry} "
+                f"({shown}{'' if r.complete else ', more not enumerated'})"
+            )
             console.print(f"  [dim]breaks in production as:[/] {inv.symptom}")
             for c in r.counterexamples:
                 detail = c.symptom.split(" -> ")[0]
-                console.print(f"  - {shape_summary(c.shape)}  [cyan]->{c.route['path']}[/]  {detail}", soft_wrap=True)
+                console.print(
+                    f"  - {shape_summary(c.shape)}  [cyan]->{c.route['path']}[/]  {detail}", soft_wrap=True
+                )
         elif r.verdict == UNKNOWN:
             console.print(f"\n[yellow]UNKNOWN[/] {r.invariant} on {r.revision} with {r.registry}: {r.reason}")
 
+
 def short_verdict(r: CheckResult) -> str:
     return {"PROVED": "[green]✓[/]", "UNKNOWN": "[yellow]?[/]"}.get(
-        r.verdict, f"[red]✗ {r.classes}{'' if r.complete else '+'}[/]")
+        r.verdict, f"[red]✗ {r.classes}{'' if r.complete else '+'}[/]"
+    )
+
 
 def executed_cell(e: Any) -> str:
     if e is None:
@@ -75,17 +93,25 @@ def executed_cell(e: Any) -> str:
     n = len(e.disagreements)
     return f"[{'red' if n else 'green'}]{n}/{e.shapes:,}[/]"
 
+
 def executed_lines(executed: Any, console: Console) -> None:
     n = len(executed.disagreements)
     colour = "red" if n else "green"
-    console.print(f"executed: {label_count(executed.shapes, 'shape')} of {executed.release}'s real decode path "
-                  f"({executed.valid:,} valid) against {executed.revision}: [{colour}]{n} disagreement"
-                  f"{'' if n == 1 else 's'}[/] ({executed.seconds:.1f} s)")
-    console.print("  compared: " + ", ".join(f"{k} {v:,}" for k, v in sorted(executed.compared.items())),
-                  soft_wrap=True)
+    console.print(
+        f"executed: {label_count(executed.shapes, 'shape')} of {executed.release}'s real decode path "
+        f"({executed.valid:,} valid) against {executed.revision}: [{colour}]{n} disagreement"
+        f"{'' if n == 1 else 's'}[/] ({executed.seconds:.1f} s)"
+    )
+    console.print(
+        "  compared: " + ", ".join(f"{k} {v:,}" for k, v in sorted(executed.compared.items())), soft_wrap=True
+    )
     for d in executed.disagreements[:10]:
-        console.print(f"  [red]{d.field}[/] at {shape_summary(Shape(**d.shape))}: executed {d.executed!r}, "
-                      f"model {d.model!r}", soft_wrap=True)
+        console.print(
+            f"  [red]{d.field}[/] at {shape_summary(Shape(**d.shape))}: executed {d.executed!r}, "
+            f"model {d.model!r}",
+            soft_wrap=True,
+        )
+
 
 def explanation(out: dict, shape: Shape, revision: str, registry: str, console: Console) -> None:
     console.print(f"[bold]{shape_summary(shape)}[/] on {revision} with {registry}")
@@ -93,24 +119,39 @@ def explanation(out: dict, shape: Shape, revision: str, registry: str, console: 
         broken = [name for name, ok in out["validity"].items() if not ok]
         console.print(f"[yellow]not a shape the engine accepts[/]: breaks {'; '.join(broken)}")
     for gate, d in out["decisions"].items():
-        conditions = "  ".join(f"{text} {'[green]yes[/]' if v else '[red]no[/]'}" for text, v in d["conditions"].items())
+        conditions = "  ".join(
+            f"{text} {'[green]yes[/]' if v else '[red]no[/]'}" for text, v in d["conditions"].items()
+        )
         console.print(f"  {gate} = [bold]{d['value']}[/]  [dim]<-[/] {conditions}", soft_wrap=True)
     r, k = out["route"], out["kernel"]
     console.print(f"  _mtp_decode_qlen = {r['mtp_decode_qlen']}")
     if r["path"].startswith("asm"):
-        padded = f"{r['padded_q_heads']} by {r['head_padding']}" if r["head_padding"] != "none" else "no padding"
-        console.print(f"  route: [cyan]{r['path']}[/], {r['decode_heads']} heads ({padded}; the kernel is asked for "
-                      f"{r['request']['padded_heads']}), qlen {r['request']['kernel_qlen']}")
+        padded = (
+            f"{r['padded_q_heads']} by {r['head_padding']}" if r["head_padding"] != "none" else "no padding"
+        )
+        console.print(
+            f"  route: [cyan]{r['path']}[/], {r['decode_heads']} heads ({padded}; the kernel is asked for "
+            f"{r['request']['padded_heads']}), qlen {r['request']['kernel_qlen']}"
+        )
     else:
-        console.print(f"  route: [cyan]{r['path']}[/], {r['decode_heads']} heads, qlen {r['request']['kernel_qlen']}")
+        console.print(
+            f"  route: [cyan]{r['path']}[/], {r['decode_heads']} heads, qlen {r['request']['kernel_qlen']}"
+        )
     if r["path"].startswith("asm"):
         key = " ".join(f"{a}:{b}" for a, b in k["key"].items())
-        console.print(f"  AITER: persistent={k['persistent_after_aiter']}  key {key}  -> "
-                      + (k['kernel'] if k['kernel'] != NO_KERNEL else f"[red]{NO_KERNEL}[/]")
-                      + (f"  get_block_n_fp8[{k['block_n_key']}] {'ok' if k['block_n_key_ok'] else '[red]KeyError[/]'}"
-                         if k["block_n_lookup"] else ""))
+        console.print(
+            f"  AITER: persistent={k['persistent_after_aiter']}  key {key}  -> "
+            + (k["kernel"] if k["kernel"] != NO_KERNEL else f"[red]{NO_KERNEL}[/]")
+            + (
+                f"  get_block_n_fp8[{k['block_n_key']}] {'ok' if k['block_n_key_ok'] else '[red]KeyError[/]'}"
+                if k["block_n_lookup"]
+                else ""
+            )
+        )
     if "why_not_persistent" in out:
-        console.print("  why not persistent: the gate stays closed for " + ", ".join(out["why_not_persistent"]))
+        console.print(
+            "  why not persistent: the gate stays closed for " + ", ".join(out["why_not_persistent"])
+        )
     for inv_id, v in out["invariants"].items():
         if v["holds"]:
             console.print(f"  {inv_id}: [green]holds[/]")

@@ -46,8 +46,9 @@ class StubsOnly(importlib.abc.MetaPathFinder):
         folder = STUBS.joinpath(*parts[:-1])
         spec = importlib.machinery.PathFinder.find_spec(fullname, [str(folder)])
         if spec is None:
-            raise ModuleNotFoundError(f"the release imports {fullname}, which the harness does not stub",
-                                      name=fullname)
+            raise ModuleNotFoundError(
+                f"the release imports {fullname}, which the harness does not stub", name=fullname
+            )
         return spec
 
 
@@ -88,8 +89,11 @@ def stub_fault(e: BaseException) -> bool:
 
     if isinstance(e, mla_spec_stub.StubMissing) or "harness does not stub" in str(e):
         return True
-    return isinstance(e, ImportError) and (e.name or "").split(".")[0] in STUBBED_ROOTS and \
-        "cannot import name" in str(e)
+    return (
+        isinstance(e, ImportError)
+        and (e.name or "").split(".")[0] in STUBBED_ROOTS
+        and "cannot import name" in str(e)
+    )
 
 
 def head_map(original: Any, padded: Any) -> list[int]:
@@ -161,8 +165,11 @@ class Step:
             out["_batch"] = batch
             metadata = builder.build(0, batch.common)
             decode = metadata.decode
-            out["decode"] = {"max_qo_len": int(decode.max_qo_len), "use_gluon_decode": bool(decode.use_gluon_decode),
-                             "has_persistent_metadata": bool(getattr(decode, "has_persistent_metadata", False))}
+            out["decode"] = {
+                "max_qo_len": int(decode.max_qo_len),
+                "use_gluon_decode": bool(decode.use_gluon_decode),
+                "has_persistent_metadata": bool(getattr(decode, "has_persistent_metadata", False)),
+            }
             out["metadata"] = next((e["metadata"] for e in st.events if "metadata" in e), None)
             out["stage"] = "forward"
             impl = self.module.AiterMLAImpl(**configs.impl_args(shape))
@@ -210,7 +217,11 @@ def main() -> None:
     try:
         module = install(release_file, tree)
     except Exception as e:  # noqa: BLE001
-        print(json.dumps({"fatal": f"cannot import {release_file.name} over the stubs: {type(e).__name__}: {e}"}))
+        print(
+            json.dumps(
+                {"fatal": f"cannot import {release_file.name} over the stubs: {type(e).__name__}: {e}"}
+            )
+        )
         sys.exit(2)
     from mla_model.registry import load_registry
     from mla_model.shape import Shape

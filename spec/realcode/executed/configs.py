@@ -9,9 +9,8 @@ value, the harness option of the same name does (``max_num_seqs``,
 from __future__ import annotations
 
 import json
-import zlib
-
 import math
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,8 +54,11 @@ def speculative_config(shape: Shape) -> Any:
         return None
     from mla_spec_stub.speculative import SpeculativeConfig
 
-    return SpeculativeConfig(method=shape.spec_method, num_speculative_tokens=shape.num_spec_tokens,
-                             parallel_drafting=shape.spec_method in PARALLEL_DRAFTING_METHODS)
+    return SpeculativeConfig(
+        method=shape.spec_method,
+        num_speculative_tokens=shape.num_spec_tokens,
+        parallel_drafting=shape.spec_method in PARALLEL_DRAFTING_METHODS,
+    )
 
 
 def num_gpu_blocks(shape: Shape, page_size_bytes: int) -> int:
@@ -98,22 +100,49 @@ def vllm_config(shape: Shape, options: dict[str, Any]) -> tuple[Any, Any]:
     fp8 = shape.kv_cache_dtype in FP8_KV_CACHE_DTYPES
     model_dtype = torch.float16 if shape.kv_cache_dtype == "float16" else torch.bfloat16
     block_size = option(options, "block_size")
-    spec = AttentionSpec(block_size=block_size, num_kv_heads=1, head_size=HEAD_SIZE,
-                         dtype=torch.uint8 if fp8 else model_dtype,
-                         non_causal_multi_token_decode=not shape.causal)
-    layer = Bag("layer", q_lora_rank=1536, kv_lora_rank=KV_LORA_RANK, qk_nope_head_dim=NOPE_DIM,
-                qk_rope_head_dim=ROPE_DIM, v_head_dim=V_DIM)
+    spec = AttentionSpec(
+        block_size=block_size,
+        num_kv_heads=1,
+        head_size=HEAD_SIZE,
+        dtype=torch.uint8 if fp8 else model_dtype,
+        non_causal_multi_token_decode=not shape.causal,
+    )
+    layer = Bag(
+        "layer",
+        q_lora_rank=1536,
+        kv_lora_rank=KV_LORA_RANK,
+        qk_nope_head_dim=NOPE_DIM,
+        qk_rope_head_dim=ROPE_DIM,
+        v_head_dim=V_DIM,
+    )
     config = vllm.config.VllmConfig(
-        model_config=Bag("model_config", dtype=model_dtype, max_model_len=option(options, "max_model_len"),
-                         num_heads_per_rank=shape.num_heads, get_head_size=lambda: HEAD_SIZE),
-        scheduler_config=Bag("scheduler_config", max_num_seqs=option(options, "max_num_seqs"),
-                             max_num_batched_tokens=8192),
-        cache_config=Bag("cache_config", cache_dtype=shape.kv_cache_dtype, block_size=block_size,
-                         num_gpu_blocks=num_gpu_blocks(shape, spec.page_size_bytes)),
-        parallel_config=Bag("parallel_config", decode_context_parallel_size=shape.dcp_world_size,
-                            cp_kv_cache_interleave_size=1, prefill_context_parallel_size=1),
-        compilation_config=Bag("compilation_config", cudagraph_mode=_CudagraphMode(full_cudagraphs(shape)),
-                               static_forward_context={LAYER: layer}),
+        model_config=Bag(
+            "model_config",
+            dtype=model_dtype,
+            max_model_len=option(options, "max_model_len"),
+            num_heads_per_rank=shape.num_heads,
+            get_head_size=lambda: HEAD_SIZE,
+        ),
+        scheduler_config=Bag(
+            "scheduler_config", max_num_seqs=option(options, "max_num_seqs"), max_num_batched_tokens=8192
+        ),
+        cache_config=Bag(
+            "cache_config",
+            cache_dtype=shape.kv_cache_dtype,
+            block_size=block_size,
+            num_gpu_blocks=num_gpu_blocks(shape, spec.page_size_bytes),
+        ),
+        parallel_config=Bag(
+            "parallel_config",
+            decode_context_parallel_size=shape.dcp_world_size,
+            cp_kv_cache_interleave_size=1,
+            prefill_context_parallel_size=1,
+        ),
+        compilation_config=Bag(
+            "compilation_config",
+            cudagraph_mode=_CudagraphMode(full_cudagraphs(shape)),
+            static_forward_context={LAYER: layer},
+        ),
         speculative_config=speculative_config(shape),
         # VllmConfig.use_v2_model_runner (0.31.0 vllm/config/vllm.py L701-760): V2 unless the env knob says
         # otherwise, Triton is missing, V2 lacks a feature, or the ROCm architecture is DeepseekV32/V4 or
@@ -152,7 +181,7 @@ def batch(shape: Shape, options: dict[str, Any], gen: torch.Generator, device: t
     table = torch.zeros(R, width, dtype=torch.int32)
     at = 0
     for r, n in enumerate(pages_per_req):
-        table[r, :n] = perm[at:at + n].to(torch.int32)
+        table[r, :n] = perm[at : at + n].to(torch.int32)
         at += n
     fp8 = shape.kv_cache_dtype in FP8_KV_CACHE_DTYPES
     kv_scale = float(option(options, "kv_scale")) if fp8 else 1.0
@@ -177,9 +206,16 @@ def batch(shape: Shape, options: dict[str, Any], gen: torch.Generator, device: t
     qsl = torch.arange(0, (R + 1) * Q, Q, dtype=torch.int32)
     seq_lens = torch.tensor(kv_lens, dtype=torch.int32)
     common = CommonAttentionMetadata(
-        query_start_loc=qsl.to(device), query_start_loc_cpu=qsl, seq_lens=seq_lens.to(device), num_reqs=R,
-        num_actual_tokens=R * Q, max_query_len=Q, max_seq_len=max(kv_lens), block_table_tensor=table.to(device),
-        slot_mapping=torch.zeros(R * Q, dtype=torch.int64, device=device), causal=shape.causal,
+        query_start_loc=qsl.to(device),
+        query_start_loc_cpu=qsl,
+        seq_lens=seq_lens.to(device),
+        num_reqs=R,
+        num_actual_tokens=R * Q,
+        max_query_len=Q,
+        max_seq_len=max(kv_lens),
+        block_table_tensor=table.to(device),
+        slot_mapping=torch.zeros(R * Q, dtype=torch.int64, device=device),
+        causal=shape.causal,
         seq_lens_cpu=seq_lens,
     )
     return Batch(common, q.to(device), q_true, cache.to(device), kv_true, kv_lens, table)
@@ -187,11 +223,25 @@ def batch(shape: Shape, options: dict[str, Any], gen: torch.Generator, device: t
 
 def impl_args(shape: Shape) -> dict[str, Any]:
     """AiterMLAImpl's constructor arguments as MLAAttention passes them (heads per rank, the cache dtype)."""
-    return dict(num_heads=shape.num_heads, head_size=HEAD_SIZE, scale=1.0 / math.sqrt(NOPE_DIM + ROPE_DIM),
-                num_kv_heads=1, alibi_slopes=None, sliding_window=None, kv_cache_dtype=shape.kv_cache_dtype,
-                logits_soft_cap=None, attn_type="decoder", kv_sharing_target_layer_name=None, q_lora_rank=1536,
-                kv_lora_rank=KV_LORA_RANK, qk_nope_head_dim=NOPE_DIM, qk_rope_head_dim=ROPE_DIM,
-                qk_head_dim=NOPE_DIM + ROPE_DIM, v_head_dim=V_DIM, kv_b_proj=None)
+    return dict(
+        num_heads=shape.num_heads,
+        head_size=HEAD_SIZE,
+        scale=1.0 / math.sqrt(NOPE_DIM + ROPE_DIM),
+        num_kv_heads=1,
+        alibi_slopes=None,
+        sliding_window=None,
+        kv_cache_dtype=shape.kv_cache_dtype,
+        logits_soft_cap=None,
+        attn_type="decoder",
+        kv_sharing_target_layer_name=None,
+        q_lora_rank=1536,
+        kv_lora_rank=KV_LORA_RANK,
+        qk_nope_head_dim=NOPE_DIM,
+        qk_rope_head_dim=ROPE_DIM,
+        qk_head_dim=NOPE_DIM + ROPE_DIM,
+        v_head_dim=V_DIM,
+        kv_b_proj=None,
+    )
 
 
 def layer(shape: Shape, options: dict[str, Any], device: torch.device) -> Any:
@@ -202,5 +252,12 @@ def layer(shape: Shape, options: dict[str, Any], device: torch.device) -> Any:
     from mla_spec_stub import Bag
 
     t = lambda v: torch.tensor([v], dtype=torch.float32, device=device)  # noqa: E731
-    return Bag("layer", _q_scale=t(q_scale), _k_scale=t(kv_scale), _v_scale=t(kv_scale),
-               _q_scale_float=q_scale, _k_scale_float=kv_scale, _v_scale_float=kv_scale)
+    return Bag(
+        "layer",
+        _q_scale=t(q_scale),
+        _k_scale=t(kv_scale),
+        _v_scale=t(kv_scale),
+        _q_scale_float=q_scale,
+        _k_scale_float=kv_scale,
+        _v_scale_float=kv_scale,
+    )

@@ -32,16 +32,25 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from mla_model.decision import decide
 from mla_model.derived import MAX_MLA_QUERY_HEADS
+from mla_model.failures import FAILURES, NONE, failure_kind
 from mla_model.registry import NO_KERNEL, Registry, load_registry, resolved_kernel
 from mla_model.revisions.base import Revision
-from mla_model.shape import ARCHS, ASM_PADDING_MODES, FP8_KV_CACHE_DTYPES, GIB, KV_CACHE_DTYPES, SPEC_METHODS, Shape
+from mla_model.shape import (
+    ARCHS,
+    ASM_PADDING_MODES,
+    FP8_KV_CACHE_DTYPES,
+    GIB,
+    KV_CACHE_DTYPES,
+    SPEC_METHODS,
+    Shape,
+)
 from spec.realcode.executed.harness import DEFAULTS, ReleaseCode, execute
-from mla_model.failures import FAILURES, NONE, failure_kind
 
 # The model's failure kind -> the outcome the executed step must show.  A missing Gluon build makes
 # vLLM itself raise (``_get_mla_gluon``: "requires an AITER build with the small-head Gluon MLA kernel").
@@ -75,16 +84,23 @@ class Differential:
         by_field: dict[str, int] = {}
         for d in self.disagreements:
             by_field[d.field] = by_field.get(d.field, 0) + 1
-        return {"shapes": self.shapes, "valid": self.valid, "seconds": round(self.seconds, 2),
-                "shapes_per_second": round(self.shapes / self.seconds, 1) if self.seconds else None,
-                "compared": self.compared, "disagreements_by_field": by_field,
-                "disagreements": [d.to_json() for d in self.disagreements[:limit]]}
+        return {
+            "shapes": self.shapes,
+            "valid": self.valid,
+            "seconds": round(self.seconds, 2),
+            "shapes_per_second": round(self.shapes / self.seconds, 1) if self.seconds else None,
+            "compared": self.compared,
+            "disagreements_by_field": by_field,
+            "disagreements": [d.to_json() for d in self.disagreements[:limit]],
+        }
 
 
 def observed(row: dict[str, Any]) -> dict[str, Any]:
     """The routing facts of one executed step, read from its record only."""
-    out: dict[str, Any] = {"validity": bool(row.get("valid_heads") and row.get("admitted")),
-                           "mtp_decode_qlen": row.get("mtp_decode_qlen")}
+    out: dict[str, Any] = {
+        "validity": bool(row.get("valid_heads") and row.get("admitted")),
+        "mtp_decode_qlen": row.get("mtp_decode_qlen"),
+    }
     if not out["validity"]:
         return out
     sizing = row.get("sizing")
@@ -167,15 +183,22 @@ def expected(revision: Revision, reg: Registry, shape: Shape, options: dict[str,
     return out
 
 
-def compare(revision: Revision, reg: Registry, rows: Iterable[dict[str, Any]], options: dict[str, Any],
-            result: Differential) -> None:
+def compare(
+    revision: Revision,
+    reg: Registry,
+    rows: Iterable[dict[str, Any]],
+    options: dict[str, Any],
+    result: Differential,
+) -> None:
     for row in rows:
         shape = Shape.from_json(row["shape"])
         seen, want = observed(row), expected(revision, reg, shape, options)
         result.shapes += 1
         result.valid += int(seen["validity"] and want["validity"])
         if seen["validity"] != want["validity"]:
-            result.disagreements.append(Disagreement("validity", row["shape"], seen["validity"], want["validity"]))
+            result.disagreements.append(
+                Disagreement("validity", row["shape"], seen["validity"], want["validity"])
+            )
             continue
         for name in sorted(set(seen) | set(want)):
             if name == "validity" or name not in seen or name not in want:
@@ -203,14 +226,20 @@ def random_shapes(revision: Revision, reg: Registry, count: int, seed: int) -> l
         kv = rng.choice(KV_CACHE_DTYPES)
         method = rng.choice(SPEC_METHODS)
         shape = Shape(
-            arch=arch, kv_cache_dtype=kv,
+            arch=arch,
+            kv_cache_dtype=kv,
             q_dtype=rng.choice(("bf16", "fp8")) if kv in FP8_KV_CACHE_DTYPES else "bf16",
-            num_heads=rng.choice((rng.randint(1, 16), rng.randint(1, MAX_MLA_QUERY_HEADS), 16 * rng.randint(1, 8))),
-            max_qo_len=rng.choice((1, 1, rng.randint(1, 16))), num_reqs=rng.choice((1, 2, rng.randint(1, 40))),
-            spec_method=method, num_spec_tokens=0 if method == "none" else rng.randint(1, 7),
+            num_heads=rng.choice(
+                (rng.randint(1, 16), rng.randint(1, MAX_MLA_QUERY_HEADS), 16 * rng.randint(1, 8))
+            ),
+            max_qo_len=rng.choice((1, 1, rng.randint(1, 16))),
+            num_reqs=rng.choice((1, 2, rng.randint(1, 40))),
+            spec_method=method,
+            num_spec_tokens=0 if method == "none" else rng.randint(1, 7),
             asm_padding_mode=rng.choice(ASM_PADDING_MODES),
             gluon_build=arch == "gfx950" and rng.random() < 0.9,
-            causal=rng.random() < 0.8, kv_cache_bytes=rng.choice((GIB, 2 * GIB, 2 * GIB + 1, 4 * GIB)),
+            causal=rng.random() < 0.8,
+            kv_cache_bytes=rng.choice((GIB, 2 * GIB, 2 * GIB + 1, 4 * GIB)),
         )
         if not all(rule(shape) for name, rule in scope if not name.startswith("is_valid_num_heads")):
             continue
@@ -218,8 +247,13 @@ def random_shapes(revision: Revision, reg: Registry, count: int, seed: int) -> l
     return valid + invalid[: count // 4]
 
 
-def differential(code: ReleaseCode, revision: Revision, shapes: list[Shape], registry_id: str = "aiter-0.1.20",
-                 options: dict[str, Any] | None = None) -> Differential:
+def differential(
+    code: ReleaseCode,
+    revision: Revision,
+    shapes: list[Shape],
+    registry_id: str = "aiter-0.1.20",
+    options: dict[str, Any] | None = None,
+) -> Differential:
     options = dict(options or {})
     result = Differential(code.label, revision.id, registry_id)
     start = time.perf_counter()

@@ -14,21 +14,29 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from mla_model.shape import Shape
 from spec.realcode.source import RELATIVE_PATH, SourceError, release_tree, release_version, tree_of
 
-
 # What the harness gives vLLM where the Shape does not decide (configs.py reads them; an option of the
 # same name overrides each). Kept here, free of torch, for the parent side.
-DEFAULTS = {"max_num_seqs": 64, "max_model_len": 2048, "block_size": 1, "kv_len": 64, "kv_scale": 0.5,
-            "q_scale": 0.25}
-NEEDS_TORCH = ("executing a vLLM release needs torch: pip install 'mla-spec[conform]' (on a machine without a "
-               "GPU first: pip install torch --index-url https://download.pytorch.org/whl/cpu)")
+DEFAULTS = {
+    "max_num_seqs": 64,
+    "max_model_len": 2048,
+    "block_size": 1,
+    "kv_len": 64,
+    "kv_scale": 0.5,
+    "q_scale": 0.25,
+}
+NEEDS_TORCH = (
+    "executing a vLLM release needs torch: pip install 'mla-spec[conform]' (on a machine without a "
+    "GPU first: pip install torch --index-url https://download.pytorch.org/whl/cpu)"
+)
 CHUNK_MIN = 250  # shapes below which a second child costs more (its ~1.5 s start) than it saves
 
 
@@ -56,13 +64,21 @@ def release_code(spec: str, tree: str | Path | None = None) -> ReleaseCode:
         raise SourceError(f"{spec}: no such file, directory or vLLM release")
     root = Path(tree) if tree is not None else tree_of(p)
     if root is None:
-        raise SourceError(f"{spec}: executing the release needs the vLLM tree around the file (a vllm/ package "
-                          "above it); give the tree, or --shapes 0 to compare the gate functions only")
+        raise SourceError(
+            f"{spec}: executing the release needs the vLLM tree around the file (a vllm/ package "
+            "above it); give the tree, or --shapes 0 to compare the gate functions only"
+        )
     return ReleaseCode(str(spec), p, root)
 
 
-def execute(code: ReleaseCode, shapes: Iterable[Shape], registry_id: str = "aiter-0.1.20",
-            options: dict[str, Any] | None = None, seed: int = 0, timeout: float = 1800) -> list[dict[str, Any]]:
+def execute(
+    code: ReleaseCode,
+    shapes: Iterable[Shape],
+    registry_id: str = "aiter-0.1.20",
+    options: dict[str, Any] | None = None,
+    seed: int = 0,
+    timeout: float = 1800,
+) -> list[dict[str, Any]]:
     """One record per shape (see :mod:`spec.realcode.executed.child`), in order.
 
     Large batches are split over one child per core; shape ``i`` is seeded
@@ -87,15 +103,34 @@ def child_env(*dropped_prefixes: str) -> dict[str, str]:
     return env
 
 
-def _run_child(code: ReleaseCode, shapes: list[Shape], registry_id: str, options: dict[str, Any] | None,
-               seed: int, timeout: float) -> list[dict[str, Any]]:
-    request = {"file": str(code.file), "tree": str(code.tree) if code.tree else None, "registry": registry_id,
-               "shapes": [s.to_json() for s in shapes], "options": options or {}, "seed": seed}
+def _run_child(
+    code: ReleaseCode,
+    shapes: list[Shape],
+    registry_id: str,
+    options: dict[str, Any] | None,
+    seed: int,
+    timeout: float,
+) -> list[dict[str, Any]]:
+    request = {
+        "file": str(code.file),
+        "tree": str(code.tree) if code.tree else None,
+        "registry": registry_id,
+        "shapes": [s.to_json() for s in shapes],
+        "options": options or {},
+        "seed": seed,
+    }
     with tempfile.TemporaryDirectory(prefix="mla-spec-exec-") as scratch:
         env = child_env()
         env.setdefault("OMP_NUM_THREADS", "1")  # small tensors: one thread per child, children side by side
-        proc = subprocess.run([sys.executable, "-m", "spec.realcode.executed.child"], input=json.dumps(request),
-                              capture_output=True, text=True, cwd=scratch, env=env, timeout=timeout)
+        proc = subprocess.run(
+            [sys.executable, "-m", "spec.realcode.executed.child"],
+            input=json.dumps(request),
+            capture_output=True,
+            text=True,
+            cwd=scratch,
+            env=env,
+            timeout=timeout,
+        )
     rows, done = [], False
     for line in proc.stdout.splitlines():
         row = json.loads(line)

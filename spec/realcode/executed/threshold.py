@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from functools import lru_cache
+from collections.abc import Callable
+from functools import cache
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from mla_model.logic import if_then_else, is_in, maximum
 from mla_model.shape import SPEC_METHODS, Shape
@@ -33,7 +34,7 @@ def _cache_file(code: ReleaseCode) -> Path:
     return cache_dir().parent / "thresholds" / f"{key}.json"
 
 
-@lru_cache(maxsize=None)
+@cache
 def executed_thresholds(code: ReleaseCode) -> dict[str, dict[str, tuple[int, int]]]:
     """Per DCP setting ("1", ">1") and drafter, ``(a, b)`` with threshold ``max(1, a + b*k)``.
 
@@ -45,9 +46,15 @@ def executed_thresholds(code: ReleaseCode) -> dict[str, dict[str, tuple[int, int
     if cached.is_file():
         return {d: {m: (a, b) for m, (a, b) in f.items()} for d, f in json.loads(cached.read_text()).items()}
     methods = [m for m in SPEC_METHODS if m != "none"]
-    shapes = [Shape(num_heads=16, spec_method=m, num_spec_tokens=k) for m in methods for k in K_RANGE if k > 0]
-    shapes += [Shape(num_heads=16, spec_method=m, num_spec_tokens=k, dcp_world_size=d)
-               for d in (2, 4, 8) for m in methods for k in (1, 2, 3)]
+    shapes = [
+        Shape(num_heads=16, spec_method=m, num_spec_tokens=k) for m in methods for k in K_RANGE if k > 0
+    ]
+    shapes += [
+        Shape(num_heads=16, spec_method=m, num_spec_tokens=k, dcp_world_size=d)
+        for d in (2, 4, 8)
+        for m in methods
+        for k in (1, 2, 3)
+    ]
     seen: dict[str, dict[str, dict[int, set[int]]]] = {"1": {}, ">1": {}}
     for row in execute(code, shapes):
         s = row["shape"]
@@ -56,10 +63,14 @@ def executed_thresholds(code: ReleaseCode) -> dict[str, dict[str, tuple[int, int
             if dcp == ">1":
                 seen.pop(">1", None)
                 continue
-            raise HarnessError(f"{code.label}: the builder raised for {s['spec_method']} k={s['num_spec_tokens']}: "
-                               f"{row.get('error')}")
+            raise HarnessError(
+                f"{code.label}: the builder raised for {s['spec_method']} k={s['num_spec_tokens']}: "
+                f"{row.get('error')}"
+            )
         if dcp in seen:
-            seen[dcp].setdefault(s["spec_method"], {}).setdefault(s["num_spec_tokens"], set()).add(int(row["threshold"]))
+            seen[dcp].setdefault(s["spec_method"], {}).setdefault(s["num_spec_tokens"], set()).add(
+                int(row["threshold"])
+            )
     fitted = {dcp: _fit(code, dcp, values) for dcp, values in seen.items()}
     cached.parent.mkdir(parents=True, exist_ok=True)
     cached.write_text(json.dumps(fitted))
@@ -76,8 +87,10 @@ def _fit(code: ReleaseCode, dcp: str, seen: dict[str, dict[int, set[int]]]) -> d
         a = at[1] - b
         wrong = [k for k, v in at.items() if max(1, a + b * k) != v]
         if wrong:
-            raise HarnessError(f"{code.label}: the threshold for {method} at DCP {dcp} is not max(1, a + b*k) "
-                               f"(k={wrong[0]} gives {at[wrong[0]]})")
+            raise HarnessError(
+                f"{code.label}: the threshold for {method} at DCP {dcp} is not max(1, a + b*k) "
+                f"(k={wrong[0]} gives {at[wrong[0]]})"
+            )
         fitted[method] = (a, b)
     return fitted
 
@@ -92,7 +105,9 @@ def threshold_function(code: ReleaseCode) -> Callable[[Any], Any]:
             groups.setdefault(ab, []).append(method)
         value: Any = 1  # no drafter
         for (a, b), methods in groups.items():
-            value = if_then_else(is_in(s.spec_method, tuple(methods)), maximum(a + b * s.num_spec_tokens, 1), value)
+            value = if_then_else(
+                is_in(s.spec_method, tuple(methods)), maximum(a + b * s.num_spec_tokens, 1), value
+            )
         return value
 
     def reorder_batch_threshold(s: Any) -> Any:

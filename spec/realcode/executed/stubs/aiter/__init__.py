@@ -7,7 +7,6 @@ build without them; decode does not reach them.
 """
 
 import torch
-
 from mla_spec_stub import STATE, recorder, strict
 
 __getattr__ = strict("aiter")

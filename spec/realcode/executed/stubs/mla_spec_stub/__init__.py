@@ -32,7 +32,9 @@ class State:
     gluon_build: bool = True
     calls: list[dict[str, Any]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
-    kernel: Any = None  # callable(entry, call, tensors) -> None; fills the output (replay), or None (record only)
+    kernel: Any = (
+        None  # callable(entry, call, tensors) -> None; fills the output (replay), or None (record only)
+    )
 
 
 STATE = State()
@@ -89,7 +91,7 @@ class Bag:
         raise StubMissing(f"the release reads {self._name}.{name}, which the harness does not set")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def parsed_release_file(relpath: str) -> tuple[Path, ast.Module]:
     """The release tree's file, parsed once per child (the tree does not change under a child)."""
     if STATE.tree is None:
@@ -101,7 +103,7 @@ def parsed_release_file(relpath: str) -> tuple[Path, ast.Module]:
         raise StubMissing(f"the release tree has no readable {relpath}: {e}") from None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _top_level_code(relpath: str, names: tuple[str, ...]) -> Any:
     path, tree = parsed_release_file(relpath)
     wanted = {}
@@ -129,7 +131,7 @@ def release_defs(relpath: str, names: tuple[str, ...], namespace: dict[str, Any]
     exec(_top_level_code(relpath, tuple(names)), namespace)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _method_codes(relpath: str, class_name: str, names: tuple[str, ...], optional: bool) -> dict[str, Any]:
     path, tree = parsed_release_file(relpath)
     for node in tree.body:
@@ -138,13 +140,16 @@ def _method_codes(relpath: str, class_name: str, names: tuple[str, ...], optiona
             missing = [n for n in names if n not in found]
             if missing and not optional:
                 raise StubMissing(f"{relpath}:{class_name} of this release defines no {', '.join(missing)}")
-            return {name: compile(ast.Module(body=[fn], type_ignores=[]), str(path), "exec")
-                    for name, fn in found.items()}
+            return {
+                name: compile(ast.Module(body=[fn], type_ignores=[]), str(path), "exec")
+                for name, fn in found.items()
+            }
     raise StubMissing(f"{relpath} of this release defines no class {class_name}")
 
 
-def class_method_defs(relpath: str, class_name: str, names: tuple[str, ...], namespace: dict[str, Any],
-                      optional: bool = False) -> dict[str, Any]:
+def class_method_defs(
+    relpath: str, class_name: str, names: tuple[str, ...], namespace: dict[str, Any], optional: bool = False
+) -> dict[str, Any]:
     """The release's own methods ``names`` of ``class_name`` in ``relpath``, compiled in ``namespace``.
 
     Decorators are kept (a ``@property`` comes back as a property), so the

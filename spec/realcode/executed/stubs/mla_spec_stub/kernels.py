@@ -65,19 +65,28 @@ def _expand_page_indices_kernel(grid: tuple, a: dict[str, Any]) -> None:
         if a.get("HAS_START_OFFSETS"):
             p = p + int(a["start_offsets"][r])
         ids = flat_table[r * stride_0 + (p // k) * stride_1]
-        page_indices[start:start + n] = (ids * k + p % k).to(page_indices.dtype)
+        page_indices[start : start + n] = (ids * k + p % k).to(page_indices.dtype)
 
 
 RENDERINGS = {"_expand_page_indices_kernel": _expand_page_indices_kernel}
 # The 0.27.0-0.28.0 parameter list, for callers that name a kernel without its function.
-_DEFAULT_PARAMS = {"_expand_page_indices_kernel": ("page_indices", "block_table", "block_table_stride",
-                                                   "cu_num_tokens", "seq_lens")}
+_DEFAULT_PARAMS = {
+    "_expand_page_indices_kernel": (
+        "page_indices",
+        "block_table",
+        "block_table_stride",
+        "cu_num_tokens",
+        "seq_lens",
+    )
+}
 
 
 def launch(name: str, grid: Any, args: tuple, kwargs: dict, params: tuple[str, ...] | None = None) -> None:
     """Run the rendering of kernel ``name``; ``params`` are the release kernel's parameter names, in order."""
     if name not in RENDERINGS:
-        raise StubMissing(f"the release launches the Triton kernel {name}, which has no CPU rendering in the harness")
+        raise StubMissing(
+            f"the release launches the Triton kernel {name}, which has no CPU rendering in the harness"
+        )
     grid = grid if isinstance(grid, tuple) else (grid,)
     names = params if params is not None else _DEFAULT_PARAMS[name]
     bound = {**dict(zip(names, args)), **kwargs}

@@ -19,8 +19,13 @@ import torch
 
 from mla_spec_stub import STATE, StandInFault
 
-_KV_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float8_e4m3fn: "fp8",
-             torch.float8_e4m3fnuz: "fp8", torch.uint8: "fp8"}
+_KV_NAMES = {
+    torch.bfloat16: "bf16",
+    torch.float16: "fp16",
+    torch.float8_e4m3fn: "fp8",
+    torch.float8_e4m3fnuz: "fp8",
+    torch.uint8: "fp8",
+}
 
 
 def dtype_name(t: torch.dtype) -> str:
@@ -35,21 +40,47 @@ def _scalar(x: Any) -> Any:
     return float(x)
 
 
-def get_mla_metadata_info_v1(max_num_reqs, max_seqlen_qo, num_heads, q_dtype, kv_dtype, is_sparse=False,
-                             fast_mode=True, **kwargs):
+def get_mla_metadata_info_v1(
+    max_num_reqs, max_seqlen_qo, num_heads, q_dtype, kv_dtype, is_sparse=False, fast_mode=True, **kwargs
+):
     """aiter/mla.py: the persistent buffers' sizes for (batch, qlen, heads); recorded, small buffers returned."""
-    _event("sizing", {"max_num_reqs": int(max_num_reqs), "max_seqlen_qo": int(max_seqlen_qo),
-                      "num_heads": int(num_heads), "q_dtype": dtype_name(q_dtype), "kv_dtype": dtype_name(kv_dtype),
-                      **{k: v for k, v in kwargs.items() if isinstance(v, (int, bool))}})
+    _event(
+        "sizing",
+        {
+            "max_num_reqs": int(max_num_reqs),
+            "max_seqlen_qo": int(max_seqlen_qo),
+            "num_heads": int(num_heads),
+            "q_dtype": dtype_name(q_dtype),
+            "kv_dtype": dtype_name(kv_dtype),
+            **{k: v for k, v in kwargs.items() if isinstance(v, (int, bool))},
+        },
+    )
     return tuple(((1,), torch.int32) for _ in range(6))
 
 
-def get_mla_metadata_v1(qo_indptr, kv_indptr, kv_last_page_len, num_heads_per_head_k, num_heads_k, is_causal,
-                        *buffers, max_seqlen_qo=None, uni_seqlen_qo=-1, **kwargs):
+def get_mla_metadata_v1(
+    qo_indptr,
+    kv_indptr,
+    kv_last_page_len,
+    num_heads_per_head_k,
+    num_heads_k,
+    is_causal,
+    *buffers,
+    max_seqlen_qo=None,
+    uni_seqlen_qo=-1,
+    **kwargs,
+):
     """aiter/mla.py: fills the work/reduce buffers for this batch; recorded."""
-    _event("metadata", {"num_heads": int(num_heads_per_head_k), "max_seqlen_qo": int(max_seqlen_qo),
-                        "uni_seqlen_qo": int(uni_seqlen_qo), "is_causal": bool(is_causal),
-                        "num_reqs": int(qo_indptr.numel() - 1)})
+    _event(
+        "metadata",
+        {
+            "num_heads": int(num_heads_per_head_k),
+            "max_seqlen_qo": int(max_seqlen_qo),
+            "uni_seqlen_qo": int(uni_seqlen_qo),
+            "is_causal": bool(is_causal),
+            "num_reqs": int(qo_indptr.numel() - 1),
+        },
+    )
 
 
 def _event(kind: str, data: dict[str, Any]) -> None:
@@ -88,10 +119,29 @@ def _probe_on_stack() -> str | None:
     return None
 
 
-def mla_decode_fwd(q, kv_buffer, o, qo_indptr, kv_indptr, kv_indices, kv_last_page_lens, max_seqlen_q,
-                   sm_scale=None, logit_cap=0.0, q_scale=None, kv_scale=None, work_meta_data=None, work_indptr=None,
-                   work_info_set=None, reduce_indptr=None, reduce_final_map=None, reduce_partial_map=None,
-                   causal=None, return_lse=False, **extra):
+def mla_decode_fwd(
+    q,
+    kv_buffer,
+    o,
+    qo_indptr,
+    kv_indptr,
+    kv_indices,
+    kv_last_page_lens,
+    max_seqlen_q,
+    sm_scale=None,
+    logit_cap=0.0,
+    q_scale=None,
+    kv_scale=None,
+    work_meta_data=None,
+    work_indptr=None,
+    work_info_set=None,
+    reduce_indptr=None,
+    reduce_final_map=None,
+    reduce_partial_map=None,
+    causal=None,
+    return_lse=False,
+    **extra,
+):
     """aiter/mla.py ``mla_decode_fwd``: the ASM decode (persistent when vLLM passes work metadata).
 
     With ``return_lse`` (rocm_aiter_mla.py's DCP path, 0.29.0 L1942, 0.34.0
@@ -100,33 +150,71 @@ def mla_decode_fwd(q, kv_buffer, o, qo_indptr, kv_indptr, kv_indices, kv_last_pa
     """
     call = {
         "entry": "mla_decode_fwd",
-        "q_shape": list(q.shape), "o_shape": list(o.shape), "q_dtype": dtype_name(q.dtype),
+        "q_shape": list(q.shape),
+        "o_shape": list(o.shape),
+        "q_dtype": dtype_name(q.dtype),
         "kv_dtype": dtype_name(kv_buffer.dtype),
-        "max_seqlen_q": int(max_seqlen_q), "num_reqs": int(qo_indptr.numel() - 1),
-        "persistent": work_meta_data is not None, "sm_scale": _scalar(sm_scale),
-        "q_scale": _scalar(q_scale), "kv_scale": _scalar(kv_scale),
-        "causal": None if causal is None else bool(causal), "return_lse": bool(return_lse),
+        "max_seqlen_q": int(max_seqlen_q),
+        "num_reqs": int(qo_indptr.numel() - 1),
+        "persistent": work_meta_data is not None,
+        "sm_scale": _scalar(sm_scale),
+        "q_scale": _scalar(q_scale),
+        "kv_scale": _scalar(kv_scale),
+        "causal": None if causal is None else bool(causal),
+        "return_lse": bool(return_lse),
         "extra": sorted(extra),
     }
-    _admit(call, {"q": q, "o": o, "kv": kv_buffer, "kv_indptr": kv_indptr, "kv_indices": kv_indices,
-                  "qo_indptr": qo_indptr}, _asm_failure)
+    _admit(
+        call,
+        {
+            "q": q,
+            "o": o,
+            "kv": kv_buffer,
+            "kv_indptr": kv_indptr,
+            "kv_indices": kv_indices,
+            "qo_indptr": qo_indptr,
+        },
+        _asm_failure,
+    )
     result = compute("mla_decode_fwd", call)
     if return_lse and result is None:
         return None, torch.empty(q.shape[0], q.shape[1], dtype=torch.float32, device=q.device)
     return result
 
 
-def mla_gluon(q_nope, q_pe, kv_c, o, page_table, seq_info, sm_scale, k_pe=None, kv_pe_offset=512,
-              use_2d_view=False, kv_scale=1.0, min_kv_seq_len=1, **extra):
+def mla_gluon(
+    q_nope,
+    q_pe,
+    kv_c,
+    o,
+    page_table,
+    seq_info,
+    sm_scale,
+    k_pe=None,
+    kv_pe_offset=512,
+    use_2d_view=False,
+    kv_scale=1.0,
+    min_kv_seq_len=1,
+    **extra,
+):
     """aiter/ops/triton/gluon/mla_gluon.py: the small-head Gluon decode (one query token per row)."""
     call = {
-        "entry": "mla_gluon", "q_shape": list(q_nope.shape), "q_dtype": dtype_name(q_nope.dtype),
-        "kv_dtype": dtype_name(kv_c.dtype), "num_rows": int(seq_info.numel() - 1),
-        "kv_scale": _scalar(kv_scale), "q_scale": None, "sm_scale": _scalar(sm_scale),
-        "min_kv_seq_len": int(min_kv_seq_len), "extra": sorted(extra),
+        "entry": "mla_gluon",
+        "q_shape": list(q_nope.shape),
+        "q_dtype": dtype_name(q_nope.dtype),
+        "kv_dtype": dtype_name(kv_c.dtype),
+        "num_rows": int(seq_info.numel() - 1),
+        "kv_scale": _scalar(kv_scale),
+        "q_scale": None,
+        "sm_scale": _scalar(sm_scale),
+        "min_kv_seq_len": int(min_kv_seq_len),
+        "extra": sorted(extra),
     }
-    _admit(call, {"q_nope": q_nope, "q_pe": q_pe, "o": o, "kv": kv_c, "kv_indptr": seq_info,
-                  "kv_indices": page_table}, _gluon_failure)
+    _admit(
+        call,
+        {"q_nope": q_nope, "q_pe": q_pe, "o": o, "kv": kv_c, "kv_indptr": seq_info, "kv_indices": page_table},
+        _gluon_failure,
+    )
     return compute("mla_gluon", call)
     return None
 
@@ -152,8 +240,10 @@ def compute(entry: str, call: dict[str, Any], real: Any = None) -> Any:
         try:
             return real()
         except Exception as e:  # noqa: BLE001  (a ROCm kernel on this machine's GPU: the harness's limit)
-            raise StandInFault(f"the release's own {entry} cannot run on this GPU: {type(e).__name__}: "
-                               f"{str(e).splitlines()[-1] if str(e) else ''}") from e
+            raise StandInFault(
+                f"the release's own {entry} cannot run on this GPU: {type(e).__name__}: "
+                f"{str(e).splitlines()[-1] if str(e) else ''}"
+            ) from e
     if STATE.kernel is None:
         return None
     try:
@@ -162,8 +252,15 @@ def compute(entry: str, call: dict[str, Any], real: Any = None) -> Any:
         raise StandInFault(f"the {entry} stand-in failed: {type(e).__name__}: {e}") from e
 
 
-def vllm_triton_op(entry: str, q: torch.Tensor, kv: torch.Tensor, o: torch.Tensor | None, tensors: Any = None,
-                   real: Any = None, **fields: Any) -> Any:
+def vllm_triton_op(
+    entry: str,
+    q: torch.Tensor,
+    kv: torch.Tensor,
+    o: torch.Tensor | None,
+    tensors: Any = None,
+    real: Any = None,
+    **fields: Any,
+) -> Any:
     """A launch of one of vLLM's own Triton ops (not AITER), recorded.
 
     The call is kept like an AITER one (``entry``, the query's shape and dtype,
@@ -172,8 +269,14 @@ def vllm_triton_op(entry: str, q: torch.Tensor, kv: torch.Tensor, o: torch.Tenso
     op) computes ``o``; elsewhere :data:`STATE.kernel`, where set, does.  No
     registry applies: the kernel is vLLM's, not AITER's.
     """
-    call = {"entry": entry, "q_shape": list(q.shape), "q_dtype": dtype_name(q.dtype), "kv_dtype": dtype_name(kv.dtype),
-            "persistent": False, **{k: _scalar(v) if isinstance(v, torch.Tensor) else v for k, v in fields.items()}}
+    call = {
+        "entry": entry,
+        "q_shape": list(q.shape),
+        "q_dtype": dtype_name(q.dtype),
+        "kv_dtype": dtype_name(kv.dtype),
+        "persistent": False,
+        **{k: _scalar(v) if isinstance(v, torch.Tensor) else v for k, v in fields.items()},
+    }
     _keep(call)
     call["tensors"] = {"q": q, "o": o, "kv": kv, **(tensors or {})}
     return compute(entry, call, real)
@@ -186,9 +289,14 @@ def _asm_failure(call: dict[str, Any]) -> tuple[BaseException, str] | None:
     from mla_model.route import KernelRequest
 
     reg = STATE.registry
-    req = KernelRequest(q_dtype=call["q_dtype"], kv_dtype=call["kv_dtype"], padded_heads=call["q_shape"][1],
-                        kernel_qlen=call["max_seqlen_q"], persistent=call["persistent"],
-                        causal=True if call["causal"] is None else call["causal"])
+    req = KernelRequest(
+        q_dtype=call["q_dtype"],
+        kv_dtype=call["kv_dtype"],
+        padded_heads=call["q_shape"][1],
+        kernel_qlen=call["max_seqlen_q"],
+        persistent=call["persistent"],
+        causal=True if call["causal"] is None else call["causal"],
+    )
     a = asm_lookup(reg, STATE.arch, req, call["num_reqs"])
     call["aiter_persistent"] = bool(a.persistent)
     failure = first_of(ASM_FAILURES, AsmCall(req, a, STATE.arch))
@@ -205,5 +313,7 @@ def _gluon_failure(call: dict[str, Any]) -> tuple[BaseException, str] | None:
 
     reg, heads, rows = STATE.registry, call["q_shape"][1], call["num_rows"]
     g = gluon_check(reg, STATE.arch, STATE.gluon_build, call["q_dtype"], call["kv_dtype"], heads, rows == 1)
-    failure = first_of(GLUON_ASSERTS, GluonCall(g, STATE.arch, call["q_dtype"], call["kv_dtype"], heads, rows, 1))
+    failure = first_of(
+        GLUON_ASSERTS, GluonCall(g, STATE.arch, call["q_dtype"], call["kv_dtype"], heads, rows, 1)
+    )
     return (failure[0].exception(failure[1]), failure[0].kind) if failure else None

@@ -16,8 +16,14 @@ from typing import Any
 
 from mla_spec_stub import STATE, class_method_defs, speculator
 
-_METHODS = ("max_num_new_slots_for_drafting", "use_dflash", "use_dspark", "uses_draft_model", "use_eagle",
-            "use_ngram")
+_METHODS = (
+    "max_num_new_slots_for_drafting",
+    "use_dflash",
+    "use_dspark",
+    "uses_draft_model",
+    "use_eagle",
+    "use_ngram",
+)
 
 
 class SpeculativeConfig:
@@ -35,7 +41,9 @@ class SpeculativeConfig:
 
 
 def _install() -> None:
-    found = class_method_defs("vllm/config/speculative.py", "SpeculativeConfig", _METHODS, globals(), optional=True)
+    found = class_method_defs(
+        "vllm/config/speculative.py", "SpeculativeConfig", _METHODS, globals(), optional=True
+    )
     for name, fn in found.items():
         setattr(SpeculativeConfig, name, fn)
 

@@ -17,7 +17,7 @@ import ast
 import functools
 from typing import Any, Literal, get_args  # noqa: F401  (Literal: read by the release's MTPModelTypes)
 
-from mla_spec_stub import STATE, StubMissing, parsed_release_file, class_method_defs, release_defs
+from mla_spec_stub import STATE, StubMissing, class_method_defs, parsed_release_file, release_defs
 
 _CONFIG = "vllm/v1/worker/gpu/spec_decode/speculator_config.py"
 _PROPERTY = "max_num_new_slots_for_drafting"
@@ -40,12 +40,16 @@ def _relpath(qualname: str) -> tuple[str, str]:
     return module.replace(".", "/") + ".py", name
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _property(relpath: str, class_name: str) -> Any:
     """The release's ``max_num_new_slots_for_drafting`` as ``class_name`` in ``relpath`` inherits it."""
     _, tree = parsed_release_file(relpath)
-    imported = {a.asname or a.name: n.module for n in tree.body if isinstance(n, ast.ImportFrom) and n.module
-                for a in n.names}
+    imported = {
+        a.asname or a.name: n.module
+        for n in tree.body
+        if isinstance(n, ast.ImportFrom) and n.module
+        for a in n.names
+    }
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == class_name:
             found = class_method_defs(relpath, class_name, (_PROPERTY,), {}, optional=True)

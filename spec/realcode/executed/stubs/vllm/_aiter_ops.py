@@ -8,23 +8,48 @@ are the release's, executed from its tree; only the ``torch.ops`` hop is skipped
 """
 
 import torch  # noqa: F401
-
 from mla_spec_stub import release_defs, strict
 
 __getattr__ = strict("vllm._aiter_ops")
 
 _AITER_MLA_SUPPORTS_FP8 = None
-release_defs("vllm/_aiter_ops.py", ("_check_aiter_mla_fp8_support", "_rocm_aiter_mla_decode_fwd_impl"), globals())
+release_defs(
+    "vllm/_aiter_ops.py", ("_check_aiter_mla_fp8_support", "_rocm_aiter_mla_decode_fwd_impl"), globals()
+)
 
 
 class rocm_aiter_ops:
     @staticmethod
-    def mla_decode_fwd(q, kv_buffer, o, sm_scale, qo_indptr, max_seqlen_qo, kv_indptr=None, kv_indices=None,
-                       kv_last_page_lens=None, logit_cap=0.0, q_scale=None, kv_scale=None, **persistent):
+    def mla_decode_fwd(
+        q,
+        kv_buffer,
+        o,
+        sm_scale,
+        qo_indptr,
+        max_seqlen_qo,
+        kv_indptr=None,
+        kv_indices=None,
+        kv_last_page_lens=None,
+        logit_cap=0.0,
+        q_scale=None,
+        kv_scale=None,
+        **persistent,
+    ):
         """vllm/_aiter_ops.py ``rocm_aiter_ops.mla_decode_fwd``: forwards to the impl above."""
         return _rocm_aiter_mla_decode_fwd_impl(  # noqa: F821  (defined by release_defs)
-            q, kv_buffer, o, qo_indptr, max_seqlen_qo, kv_indptr, kv_indices, kv_last_page_lens,
-            sm_scale=sm_scale, logit_cap=logit_cap, q_scale=q_scale, kv_scale=kv_scale, **persistent,
+            q,
+            kv_buffer,
+            o,
+            qo_indptr,
+            max_seqlen_qo,
+            kv_indptr,
+            kv_indices,
+            kv_last_page_lens,
+            sm_scale=sm_scale,
+            logit_cap=logit_cap,
+            q_scale=q_scale,
+            kv_scale=kv_scale,
+            **persistent,
         )
 
     @staticmethod

@@ -14,7 +14,6 @@ if kernels.use_real_triton():
     import triton  # noqa: F401
     import triton.language as tl  # noqa: F401
 else:
-
     import inspect
 
     class _Jitted:
@@ -48,7 +47,9 @@ else:
         constexpr = "constexpr"
 
         def __getattr__(self, name):
-            raise AttributeError(f"the release reaches tl.{name} outside a kernel, which the harness does not stub")
+            raise AttributeError(
+                f"the release reaches tl.{name} outside a kernel, which the harness does not stub"
+            )
 
     triton = _Triton()
     tl = _TL()

@@ -29,8 +29,10 @@ def _csrc_dir() -> str:
         for parts, marker in _FILES.items():
             path = root.joinpath(*parts)
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(f"// mla-spec harness: {reg.id} native_h24={reg.native_h24}\n"
-                            + (marker + "\n" if reg.native_h24 else ""))
+            path.write_text(
+                f"// mla-spec harness: {reg.id} native_h24={reg.native_h24}\n"
+                + (marker + "\n" if reg.native_h24 else "")
+            )
     return str(root)
 
 

@@ -12,7 +12,6 @@
 from typing import Any, ClassVar, Protocol, runtime_checkable  # noqa: F401  (read by the release's definitions)
 
 import torch  # noqa: F401
-
 from mla_spec_stub import STATE, release_defs, strict
 
 __getattr__ = strict("vllm.config.cache")
@@ -23,5 +22,6 @@ _RELPATH = "vllm/config/cache.py"
 if "def get_kv_cache_dtype_handler" in (STATE.tree / _RELPATH).read_text():
     from vllm.v1.kv_cache_interface import KVQuantMode  # noqa: F401  (read by the handler Protocol)
 
-    release_defs(_RELPATH, ("KVCacheDTypeHandler", "_KV_CACHE_DTYPE_HANDLERS", "get_kv_cache_dtype_handler"),
-                 globals())
+    release_defs(
+        _RELPATH, ("KVCacheDTypeHandler", "_KV_CACHE_DTYPE_HANDLERS", "get_kv_cache_dtype_handler"), globals()
+    )

@@ -1,9 +1,9 @@
 """Stub ``vllm.utils.torch_utils``: the release's own ``is_quantized_kv_cache`` where it lives here."""
 
-import torch  # noqa: F401
-
-from mla_spec_stub import STATE, release_defs, strict
 import ast as _ast
+
+import torch  # noqa: F401
+from mla_spec_stub import STATE, release_defs, strict
 
 __getattr__ = strict("vllm.utils.torch_utils")
 

@@ -4,13 +4,12 @@
 release has them) are the release's definitions, executed from its tree.
 """
 
+import ast as _ast
 from dataclasses import dataclass
 from enum import Enum, IntEnum  # noqa: F401  (read by the release's definitions)
 
 import torch  # noqa: F401
-
-from mla_spec_stub import release_defs, strict, STATE
-import ast as _ast
+from mla_spec_stub import STATE, release_defs, strict
 
 __getattr__ = strict("vllm.v1.kv_cache_interface")
 

@@ -8,15 +8,14 @@ The enum, dataclass and marker types restate the release's declarations
 (``AttentionCGSupport``, ``CommonAttentionMetadata``, ``MultipleOf``).
 """
 
+import ast as _ast
 import enum
 from abc import ABC
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
-
 from mla_spec_stub import STATE, class_method_defs, release_defs, strict
-import ast as _ast
 
 __getattr__ = strict("vllm.v1.attention.backend")
 
@@ -68,7 +67,9 @@ def _load() -> None:
     defined = {getattr(n, "name", None) for n in _ast.parse((STATE.tree / relpath).read_text()).body}
     if "max_decode_query_len" in defined:
         release_defs(relpath, ("max_decode_query_len",), globals())
-    methods = class_method_defs(relpath, "AttentionMetadataBuilder", ("_init_reorder_batch_threshold",), globals())
+    methods = class_method_defs(
+        relpath, "AttentionMetadataBuilder", ("_init_reorder_batch_threshold",), globals()
+    )
     AttentionMetadataBuilder._init_reorder_batch_threshold = methods["_init_reorder_batch_threshold"]
 
 

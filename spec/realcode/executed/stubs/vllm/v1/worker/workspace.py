@@ -7,7 +7,6 @@ vLLM's shared workspace does, it hands out uninitialised storage: reservations
 """
 
 import torch
-
 from mla_spec_stub import strict
 
 __getattr__ = strict("vllm.v1.worker.workspace")

@@ -7,8 +7,9 @@ elsewhere the import fails as on an AITER without the Gluon kernel.
 from mla_spec_stub import STATE, recorder, strict
 
 if not STATE.gluon_build:
-    raise ModuleNotFoundError("No module named 'aiter.ops.triton.gluon.mla_gluon'",
-                              name="aiter.ops.triton.gluon.mla_gluon")
+    raise ModuleNotFoundError(
+        "No module named 'aiter.ops.triton.gluon.mla_gluon'", name="aiter.ops.triton.gluon.mla_gluon"
+    )
 
 __getattr__ = strict("aiter.ops.triton.gluon.mla_gluon")
 

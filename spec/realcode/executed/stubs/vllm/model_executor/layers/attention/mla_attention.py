@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import torch
-
 from mla_spec_stub import prefill_only, strict
+
 from vllm.v1.attention.backend import AttentionMetadataBuilder
 
 __getattr__ = strict("vllm.model_executor.layers.attention.mla_attention")
@@ -120,8 +120,15 @@ class MLACommonMetadataBuilder(AttentionMetadataBuilder, Generic[M]):
     reorder_batch_threshold = 1
     supports_non_causal_multi_token_decode = False
 
-    def __init__(self, kv_cache_spec, layer_names, vllm_config, device, metadata_cls=None,
-                 supports_dcp_with_varlen: bool = False):
+    def __init__(
+        self,
+        kv_cache_spec,
+        layer_names,
+        vllm_config,
+        device,
+        metadata_cls=None,
+        supports_dcp_with_varlen: bool = False,
+    ):
         self.metadata_cls = metadata_cls if metadata_cls is not None else MLACommonMetadata
         self.kv_cache_spec = kv_cache_spec
         self.layer_names = layer_names
@@ -132,8 +139,13 @@ class MLACommonMetadataBuilder(AttentionMetadataBuilder, Generic[M]):
         self.non_causal_multi_token_decode = getattr(kv_cache_spec, "non_causal_multi_token_decode", False)
         self.num_heads = self.model_config.num_heads_per_rank
         layer = self.compilation_config.static_forward_context[layer_names[0]]
-        self.mla_dims = MLADims(layer.q_lora_rank, layer.kv_lora_rank, layer.qk_nope_head_dim,
-                                layer.qk_rope_head_dim, layer.v_head_dim)
+        self.mla_dims = MLADims(
+            layer.q_lora_rank,
+            layer.kv_lora_rank,
+            layer.qk_nope_head_dim,
+            layer.qk_rope_head_dim,
+            layer.v_head_dim,
+        )
         self.q_data_type = self.model_config.dtype
         self._prefill_backend = PrefillBackend()
         self.dcp_world_size = vllm_config.parallel_config.decode_context_parallel_size
@@ -143,13 +155,15 @@ class MLACommonMetadataBuilder(AttentionMetadataBuilder, Generic[M]):
         self.page_size = kv_cache_spec.block_size
         self.use_pcp = False
         supports_spec_decode = self.query_len_support != QueryLenSupport.SINGLE_ONLY
-        self._init_reorder_batch_threshold(self.reorder_batch_threshold, supports_spec_decode,
-                                           supports_dcp_with_varlen)
+        self._init_reorder_batch_threshold(
+            self.reorder_batch_threshold, supports_spec_decode, supports_dcp_with_varlen
+        )
 
     def build(self, common_prefix_len, common_attn_metadata, fast_build: bool = False):
         m = common_attn_metadata
-        if m.causal is False and not (self.supports_non_causal_multi_token_decode
-                                      and self.non_causal_multi_token_decode):
+        if m.causal is False and not (
+            self.supports_non_causal_multi_token_decode and self.non_causal_multi_token_decode
+        ):
             raise ValueError("Non-causal multi-token MLA requires an explicitly supported attention group.")
         num_decodes, num_decode_tokens = m.num_reqs, m.num_actual_tokens
         args = dict(
@@ -165,18 +179,46 @@ class MLACommonMetadataBuilder(AttentionMetadataBuilder, Generic[M]):
         accepted = inspect.signature(self._build_decode).parameters
         decode = self._build_decode(**{k: v for k, v in args.items() if k in accepted})
         return self.metadata_cls(
-            num_reqs=m.num_reqs, max_query_len=m.max_query_len, max_seq_len=m.max_seq_len,
-            num_actual_tokens=m.num_actual_tokens, query_start_loc=m.query_start_loc, slot_mapping=m.slot_mapping,
-            head_dim=576, num_decodes=num_decodes, num_decode_tokens=num_decode_tokens, num_prefills=0,
-            causal=m.causal is not False, prefill=None, decode=decode,
+            num_reqs=m.num_reqs,
+            max_query_len=m.max_query_len,
+            max_seq_len=m.max_seq_len,
+            num_actual_tokens=m.num_actual_tokens,
+            query_start_loc=m.query_start_loc,
+            slot_mapping=m.slot_mapping,
+            head_dim=576,
+            num_decodes=num_decodes,
+            num_decode_tokens=num_decode_tokens,
+            num_prefills=0,
+            causal=m.causal is not False,
+            prefill=None,
+            decode=decode,
         )
 
 
 class MLACommonImpl(Generic[M]):
-    def __init__(self, num_heads, head_size, scale, num_kv_heads, alibi_slopes, sliding_window, kv_cache_dtype,
-                 logits_soft_cap, attn_type, kv_sharing_target_layer_name, q_lora_rank=None, kv_lora_rank=512,
-                 qk_nope_head_dim=128, qk_rope_head_dim=64, qk_head_dim=192, v_head_dim=128, kv_b_proj=None,
-                 indexer=None, q_pad_num_heads=None, **extra):
+    def __init__(
+        self,
+        num_heads,
+        head_size,
+        scale,
+        num_kv_heads,
+        alibi_slopes,
+        sliding_window,
+        kv_cache_dtype,
+        logits_soft_cap,
+        attn_type,
+        kv_sharing_target_layer_name,
+        q_lora_rank=None,
+        kv_lora_rank=512,
+        qk_nope_head_dim=128,
+        qk_rope_head_dim=64,
+        qk_head_dim=192,
+        v_head_dim=128,
+        kv_b_proj=None,
+        indexer=None,
+        q_pad_num_heads=None,
+        **extra,
+    ):
         self.num_heads = num_heads
         self.head_size = head_size
         self.scale = float(scale)

@@ -5,7 +5,6 @@ release's vllm/v1/attention/backends/utils.py (0.29.0 L1091, 0.34.0 L1171).
 """
 
 import torch  # noqa: F401  (read by the release's definition)
-
 from mla_spec_stub import release_defs, strict
 
 __getattr__ = strict("vllm.v1.attention.backends.utils")

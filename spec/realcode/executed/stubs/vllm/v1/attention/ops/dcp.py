@@ -14,8 +14,10 @@ __getattr__ = strict("vllm.v1.attention.ops.dcp")
 
 
 def _refuse(name: str) -> StubMissing:
-    return StubMissing(f"the release reaches vllm.v1.attention.ops.dcp.{name} (DCP, outside the backend), "
-                       "which the harness does not stub")
+    return StubMissing(
+        f"the release reaches vllm.v1.attention.ops.dcp.{name} (DCP, outside the backend), "
+        "which the harness does not stub"
+    )
 
 
 class CPTritonContext:

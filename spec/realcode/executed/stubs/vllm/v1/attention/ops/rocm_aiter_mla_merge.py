@@ -8,7 +8,6 @@ tensors of the release's signature, filled by :data:`STATE.kernel` where set.
 """
 
 import torch
-
 from mla_spec_stub import recorder, strict
 
 __getattr__ = strict("vllm.v1.attention.ops.rocm_aiter_mla_merge")
@@ -18,6 +17,12 @@ def merge_mla_segments_triton(segm_output, segm_max, segm_expsum, seq_lens, tile
     num_tokens, num_heads, _, kv_lora_rank = segm_output.shape
     output = torch.empty((num_tokens, num_heads, kv_lora_rank), dtype=out_dtype, device=segm_output.device)
     lse = torch.empty((num_tokens, num_heads), dtype=torch.float32, device=segm_output.device)
-    recorder.vllm_triton_op("merge_mla_segments_triton", segm_output, segm_output, output,
-                            tile_size=int(tile_size), num_rows=int(seq_lens.numel()))
+    recorder.vllm_triton_op(
+        "merge_mla_segments_triton",
+        segm_output,
+        segm_output,
+        output,
+        tile_size=int(tile_size),
+        num_rows=int(seq_lens.numel()),
+    )
     return output, lse

@@ -17,42 +17,112 @@ own definitions (vllm/v1/attention/ops/triton_decode_attention.py 0.34.0
 L1283-1336, L1481-1503), executed from its tree.
 """
 
-from typing import Any  # noqa: F401  (read by the release's definitions)
-
 import functools
 import importlib.util
+from typing import Any  # noqa: F401  (read by the release's definitions)
 
 from mla_spec_stub import STATE, kernels, recorder, release_defs, strict
+
 from vllm.triton_utils import triton  # noqa: F401  (read by the release's definitions)
 
 __getattr__ = strict("vllm.v1.attention.ops.triton_decode_attention")
 
 _RELPATH = "vllm/v1/attention/ops/triton_decode_attention.py"
-_VERIFY_DEFS = ("_VERIFY_BASE_CONFIG", "verify_row_blocks", "verify_num_kv_splits", "_VERIFY_SMALL_CONFIG",
-                "_VERIFY_LARGE_CONFIG", "_VERIFY_SMALL_MAX_ROWS", "select_verify_config")
+_VERIFY_DEFS = (
+    "_VERIFY_BASE_CONFIG",
+    "verify_row_blocks",
+    "verify_num_kv_splits",
+    "_VERIFY_SMALL_CONFIG",
+    "_VERIFY_LARGE_CONFIG",
+    "_VERIFY_SMALL_MAX_ROWS",
+    "select_verify_config",
+)
 
 
-def decode_attention_fwd(q, k_buffer, v_buffer, o, lse, req_to_token, b_seq_len, attn_logits, num_kv_splits,
-                         sm_scale, page_size=1, logit_cap=0.0, k_scale=None, v_scale=None, is_mla=False,
-                         sliding_window=None):
+def decode_attention_fwd(
+    q,
+    k_buffer,
+    v_buffer,
+    o,
+    lse,
+    req_to_token,
+    b_seq_len,
+    attn_logits,
+    num_kv_splits,
+    sm_scale,
+    page_size=1,
+    logit_cap=0.0,
+    k_scale=None,
+    v_scale=None,
+    is_mla=False,
+    sliding_window=None,
+):
     """0.33.0 L781 signature; recorded as ``decode_attention_fwd``."""
-    recorder.vllm_triton_op("decode_attention_fwd", q, k_buffer, o, num_reqs=int(b_seq_len.numel()),
-                            num_kv_splits=int(num_kv_splits), sm_scale=float(sm_scale), kv_scale=k_scale,
-                            page_size=int(page_size), causal=None)
+    recorder.vllm_triton_op(
+        "decode_attention_fwd",
+        q,
+        k_buffer,
+        o,
+        num_reqs=int(b_seq_len.numel()),
+        num_kv_splits=int(num_kv_splits),
+        sm_scale=float(sm_scale),
+        kv_scale=k_scale,
+        page_size=int(page_size),
+        causal=None,
+    )
 
 
-def decode_attention_fwd_verify(q, k_buffer, v_buffer, o, lse, req_to_token, seq_lens, real_seq_lens, qlen,
-                                attn_logits, num_kv_splits, sm_scale, page_size, k_scale=None):
+def decode_attention_fwd_verify(
+    q,
+    k_buffer,
+    v_buffer,
+    o,
+    lse,
+    req_to_token,
+    seq_lens,
+    real_seq_lens,
+    qlen,
+    attn_logits,
+    num_kv_splits,
+    sm_scale,
+    page_size,
+    k_scale=None,
+):
     """0.34.0 L1338 signature: causal verify, ``qlen`` tokens per request; recorded as ``decode_attention_fwd_verify``."""
     real = _real_module()
     recorder.vllm_triton_op(
-        "decode_attention_fwd_verify", q, k_buffer, o, max_seqlen_q=int(qlen), num_reqs=int(seq_lens.numel()),
-        num_kv_splits=int(num_kv_splits), sm_scale=float(sm_scale), kv_scale=k_scale, q_scale=None,
-        page_size=int(page_size), varlen=real_seq_lens is not None, causal=True,
+        "decode_attention_fwd_verify",
+        q,
+        k_buffer,
+        o,
+        max_seqlen_q=int(qlen),
+        num_reqs=int(seq_lens.numel()),
+        num_kv_splits=int(num_kv_splits),
+        sm_scale=float(sm_scale),
+        kv_scale=k_scale,
+        q_scale=None,
+        page_size=int(page_size),
+        varlen=real_seq_lens is not None,
+        causal=True,
         tensors={"req_to_token": req_to_token, "seq_lens": seq_lens, "real_seq_lens": real_seq_lens},
-        real=None if real is None else lambda: real.decode_attention_fwd_verify(
-            q, k_buffer, v_buffer, o, lse, req_to_token, seq_lens, real_seq_lens, qlen, attn_logits, num_kv_splits,
-            sm_scale, page_size, k_scale=k_scale),
+        real=None
+        if real is None
+        else lambda: real.decode_attention_fwd_verify(
+            q,
+            k_buffer,
+            v_buffer,
+            o,
+            lse,
+            req_to_token,
+            seq_lens,
+            real_seq_lens,
+            qlen,
+            attn_logits,
+            num_kv_splits,
+            sm_scale,
+            page_size,
+            k_scale=k_scale,
+        ),
     )
 
 
@@ -70,7 +140,9 @@ def _real_module():
         return None
     from vllm.platforms import current_platform
 
-    spec = importlib.util.spec_from_file_location("mla_spec_release_triton_decode_attention", STATE.tree / _RELPATH)
+    spec = importlib.util.spec_from_file_location(
+        "mla_spec_release_triton_decode_attention", STATE.tree / _RELPATH
+    )
     module = importlib.util.module_from_spec(spec)
     rocm = type(current_platform).is_rocm
     type(current_platform).is_rocm = lambda self: False
@@ -81,11 +153,19 @@ def _real_module():
     return module
 
 
-def warmup_decode_attention_fwd_verify(q, k_buffer, o, lse, req_to_token, has_real, qlens, attn_logits, sm_scale,
-                                       page_size, k_scale=None):
+def warmup_decode_attention_fwd_verify(
+    q, k_buffer, o, lse, req_to_token, has_real, qlens, attn_logits, sm_scale, page_size, k_scale=None
+):
     """0.34.0 L1516 signature: compiles the verify variants; kept as a ``warmup`` event."""
-    STATE.events.append({"warmup": {"entry": "decode_attention_fwd_verify", "qlens": [int(x) for x in qlens],
-                                    "num_heads": int(q.shape[1])}})
+    STATE.events.append(
+        {
+            "warmup": {
+                "entry": "decode_attention_fwd_verify",
+                "qlens": [int(x) for x in qlens],
+                "num_heads": int(q.shape[1]),
+            }
+        }
+    )
 
 
 def _load() -> None:

@@ -6,9 +6,13 @@ gfx942 DCP Triton verify split count (rocm_aiter_mla.py 0.34.0 L472-482).
 """
 
 from mla_spec_stub import release_defs, strict
+
 from vllm.triton_utils import triton  # noqa: F401  (read by the release's definition)
 
 __getattr__ = strict("vllm.v1.attention.backends.mla.triton_mla")
 
-release_defs("vllm/v1/attention/backends/mla/triton_mla.py",
-             ("_MIN_WORK_PER_SPLIT", "_SPLIT_OCCUPANCY_MULTIPLIER", "_compute_num_kv_splits"), globals())
+release_defs(
+    "vllm/v1/attention/backends/mla/triton_mla.py",
+    ("_MIN_WORK_PER_SPLIT", "_SPLIT_OCCUPANCY_MULTIPLIER", "_compute_num_kv_splits"),
+    globals(),
+)
