@@ -16,6 +16,13 @@ Python interpretation.  In the numpy and z3 interpretations they are wrapped in
 :class:`EnumTerm`, which carries the enumeration's value list so that
 ``is_in(term, ("fp8", "fp8_e4m3"))`` can translate names to codes.
 
+In the numpy interpretation a value that is the same on every row may be a numpy
+scalar instead of an array (it broadcasts like the array it stands for).  The
+operations settle such values and short-cut on them: ``all_of`` with one operand
+false everywhere is false without a pass over the others, ``if_then_else`` with
+one condition for every row returns that branch.  Callers broadcast
+(``np.broadcast_to``) where they need a row per shape.
+
 z3 is imported lazily: the GPU replay machine has no z3, and nothing there
 builds symbolic terms.
 """
@@ -23,7 +30,6 @@ builds symbolic terms.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import reduce
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -56,6 +62,23 @@ def _is_z3(x: Any) -> bool:
     return z3 is not None and isinstance(x, z3.ExprRef)
 
 
+def _is_array(x: Any) -> bool:
+    """A numpy array of at least one dimension: a value that may differ from row to row."""
+    return isinstance(x, np.ndarray) and x.ndim > 0
+
+
+def narrow_int_dtype(*values: int) -> np.dtype:
+    """The integer dtype the numpy interpretation gives these values: int32 while every magnitude is below
+    2**10, so any product of three of them still fits (the widest the model forms is dcp * heads * qlen);
+    else int64.  Narrow arrays halve the memory every operation streams through."""
+    return np.dtype(np.int32 if all(abs(int(v)) < 2**10 for v in values) else np.int64)
+
+
+def _np_value(x: Any) -> Any:
+    """``x`` as a numpy value: a plain Python bool or int becomes the numpy scalar of the same value."""
+    return x if isinstance(x, (np.ndarray, np.generic)) else np.asarray(x)[()]
+
+
 def _kind(*xs: Any) -> str:
     """'z3', 'np' or 'py': the interpretation the operands ask for."""
     kind = "py"
@@ -64,7 +87,7 @@ def _kind(*xs: Any) -> str:
             x = x.term
         if _is_z3(x):
             return "z3"
-        if isinstance(x, np.ndarray):
+        if isinstance(x, (np.ndarray, np.generic)):
             kind = "np"
     return kind
 
@@ -78,7 +101,7 @@ def all_of(*xs: Any) -> Any:
     if kind == "z3":
         return z3.And(*[_as_z3_bool(x) for x in xs]) if xs else z3.BoolVal(True)
     if kind == "np":
-        return reduce(np.logical_and, xs)
+        return _np_fold(np.logical_and, xs, absorbing=False)
     return all(bool(x) for x in xs)
 
 
@@ -88,8 +111,47 @@ def any_of(*xs: Any) -> Any:
     if kind == "z3":
         return z3.Or(*[_as_z3_bool(x) for x in xs]) if xs else z3.BoolVal(False)
     if kind == "np":
-        return reduce(np.logical_or, xs)
+        return _np_fold(np.logical_or, xs, absorbing=True)
     return any(bool(x) for x in xs)
+
+
+def _settle(x: Any) -> Any:
+    """A boolean array that holds one value everywhere, as that numpy bool; anything else unchanged.
+
+    In the numpy interpretation a value that is the same on every row may be a numpy scalar (or a 0-d
+    array), which broadcasts like the uniform array it stands for and lets the operations that consume
+    it short-cut (below); it stays a numpy value, so what is computed from it stays in the numpy
+    interpretation (``choose`` still answers an EnumTerm).  The test costs far less than the pass over
+    the array it can save: ``any`` and ``all`` stop at the first witness.
+    """
+    if not _is_array(x) or x.dtype != bool:
+        return x
+    if not x.any():
+        return np.False_
+    return np.True_ if x.all() else x
+
+
+def _np_fold(op: Any, xs: Sequence[Any], absorbing: bool) -> Any:
+    """``op`` (and/or) over arrays mixed with plain booleans, as the numpy interpretation.
+
+    An operand equal to ``absorbing`` (False for and, True for or) everywhere decides the result at
+    once, and the other plain operands drop out, so an operand fixed for a whole sweep costs no pass
+    over the arrays.  Arrays are combined in place where the shape allows: one new array, not n - 1.
+    """
+    arrays = []
+    for x in map(_settle, xs):
+        if _is_array(x):
+            arrays.append(x)
+        elif bool(x) == absorbing:
+            return np.bool_(absorbing)
+    if not arrays:
+        return np.bool_(not absorbing)
+    if len(arrays) == 1:
+        return arrays[0]
+    out = op(arrays[0], arrays[1])
+    for x in arrays[2:]:
+        out = op(out, x, out=out) if x.shape == out.shape else op(out, x)
+    return _settle(out)
 
 
 def not_(x: Any) -> Any:
@@ -97,7 +159,7 @@ def not_(x: Any) -> Any:
     if kind == "z3":
         return z3.Not(x)
     if kind == "np":
-        return np.logical_not(x)
+        return np.logical_not(_settle(x))
     return not x
 
 
@@ -126,8 +188,26 @@ def if_then_else(cond: Any, then: Any, other: Any) -> Any:
     if kind == "z3":
         return z3.If(_as_z3_bool(cond), _lift_z3(then), _lift_z3(other))
     if kind == "np":
-        return np.where(cond, then, other)
+        cond = _settle(cond)
+        if _is_array(cond):
+            return _np_where(cond, then, other)
+        return _np_value(then if cond else other)  # one condition for every row picks one branch
     return then if cond else other
+
+
+def _np_where(cond: np.ndarray, then: Any, other: Any) -> np.ndarray:
+    """``np.where(cond, then, other)``, branch-free for integers: ``other + cond * (then - other)``.
+
+    np.where branches per element and pays for every misprediction; the arithmetic form is three
+    streaming passes and exact, since numpy's integer arithmetic wraps (``then - other`` may wrap, adding
+    ``other`` back wraps it home).  Two plain ints take :func:`narrow_int_dtype`, as box columns do.
+    """
+    plain = [x for x in (then, other) if type(x) is int]
+    dtype = narrow_int_dtype(*plain) if len(plain) == 2 else np.result_type(then, other)
+    if dtype.kind != "i":
+        return np.where(cond, then, other)
+    then, other = np.asarray(then, dtype=dtype), np.asarray(other, dtype=dtype)
+    return other + cond * (then - other)
 
 
 def _lift_z3(x: Any) -> Any:
@@ -152,22 +232,33 @@ def choose(values: Sequence[str], cases: Iterable[tuple[Any, str]], default: str
             if cond:
                 return value
         return default
-    code = values.index
     if kind == "np":
-        conds = [np.asarray(c, dtype=bool) for c, _ in cases]
-        shape = np.broadcast_shapes(*[c.shape for c in conds])
-        return EnumTerm(
-            values,
-            np.select(
-                [np.broadcast_to(c, shape) for c in conds],
-                [code(v) for _, v in cases],
-                default=code(default),
-            ).astype(np.int8),
-        )
-    term = z3.IntVal(code(default))
+        return _np_choose(values, cases, default)
+    term = z3.IntVal(values.index(default))
     for cond, value in reversed(cases):
-        term = z3.If(_as_z3_bool(cond), z3.IntVal(code(value)), term)
+        term = z3.If(_as_z3_bool(cond), z3.IntVal(values.index(value)), term)
     return EnumTerm(values, term)
+
+
+def _np_choose(values: tuple[str, ...], cases: list[tuple[Any, str]], default: str) -> EnumTerm:
+    """``choose`` over numpy conditions: codes of the broadcast shape of the array conditions.
+
+    Conditions that hold one value everywhere settle first: a false one drops out, a true one ends
+    the chain as its ``else`` (later cases are never reached).  The other conditions then overwrite
+    the codes last to first, so the first that holds wins.
+    """
+    shape = np.broadcast_shapes(*[np.shape(c) for c, _ in cases])
+    live = []
+    for cond, value in ((_settle(c), v) for c, v in cases):
+        if _is_array(cond):
+            live.append((np.asarray(cond, dtype=bool), value))
+        elif cond:
+            default = value
+            break
+    out = np.full(shape, values.index(default), dtype=np.int8)
+    for cond, value in reversed(live):
+        np.copyto(out, values.index(value), where=cond)
+    return EnumTerm(values, out)
 
 
 # --- comparisons and membership ------------------------------------------------------
@@ -183,7 +274,7 @@ def is_in(x: Any, members: Iterable[Any]) -> Any:
         return _np_isin(x.term, codes)
     if _is_z3(x):
         return z3.Or(*[x == int(m) for m in members]) if members else z3.BoolVal(False)
-    if isinstance(x, np.ndarray):
+    if isinstance(x, (np.ndarray, np.generic)):
         return _np_isin(x, members)
     return x in members
 
@@ -191,11 +282,13 @@ def is_in(x: Any, members: Iterable[Any]) -> Any:
 def _np_isin(x: Any, members: Sequence[int]) -> Any:
     """np.isin, as a chain of comparisons for the few-member sets gates use (several times faster)."""
     if len(members) > 16:
-        return np.isin(x, members)
-    out = np.zeros(np.shape(x), dtype=bool)
-    for m in members:
+        return _settle(np.isin(x, members))
+    if not members:
+        return np.False_
+    out = x == members[0]
+    for m in members[1:]:
         out |= x == m
-    return out
+    return _settle(out)
 
 
 def tuple_in(terms: Sequence[Any], rows: Iterable[tuple]) -> Any:
@@ -228,22 +321,35 @@ def tuple_in(terms: Sequence[Any], rows: Iterable[tuple]) -> Any:
         match = lambda x, v: x == (z3.BoolVal(bool(v)) if z3.is_bool(x) else v)  # noqa: E731
         return z3.Or(*[z3.And(*[match(x, v) for x, v in zip(lifted, r)]) for r in coded]) if coded else z3.BoolVal(False)
     if not coded:
-        return np.zeros(np.broadcast_shapes(*[np.shape(x) for x in raw]), dtype=bool)
-    if not raw:
-        return np.ones((), dtype=bool)
+        return np.False_
+    return _np_tuple_in(raw, coded) if raw else np.True_
+
+
+def _np_tuple_in(raw: list[Any], coded: list[tuple[int, ...]]) -> Any:
+    """Row membership of integer arrays: each row of ``raw`` packed into one index of a dense table.
+
+    A column is range-checked row by row only when its least or greatest value falls outside the
+    table (two reductions, far cheaper than three passes over every row).
+    """
     table = np.array(coded, dtype=np.int64)
-    bases = table.max(axis=0) + 1
-    key = np.zeros((), dtype=np.int64)
-    ok = np.ones((), dtype=bool)
+    bases = [int(b) for b in table.max(axis=0) + 1]
+    size = int(np.prod(bases))  # a small dense table: the product of the bases
+    dtype = np.int32 if size < 2**31 else np.int64
+    key: Any = 0
+    in_range = []  # only for the columns whose values may leave the table
     mult = 1
-    for i, x in enumerate(raw):
-        col = np.asarray(x).astype(np.int64)
-        ok = ok & (col >= 0) & (col < bases[i])
-        key = key + col * mult
-        mult *= int(bases[i])
-    present = np.zeros(mult, dtype=bool)  # mult = product of the bases: a small dense table
-    present[table @ np.cumprod(np.concatenate(([1], bases[:-1])))] = True
-    return ok & present[np.where(ok, key, 0)]
+    for x, base in zip(raw, bases):
+        col = np.asarray(x)
+        if col.size and (col.min() < 0 or col.max() >= base):
+            in_range += [col >= 0, col < base]
+        key = key + col.astype(dtype) * mult
+        mult *= base
+    present = np.zeros(size, dtype=bool)
+    present[table @ np.cumprod([1, *bases[:-1]])] = True
+    if not in_range:
+        return _settle(present[key])
+    ok = all_of(*in_range)
+    return _settle(all_of(ok, present[np.where(ok, key, 0)]))
 
 
 def eq(x: Any, value: Any) -> Any:
@@ -268,6 +374,8 @@ def ceil_to_multiple(x: Any, n: int) -> Any:
     """Smallest multiple of the constant ``n`` that is >= ``x`` (``x >= 0``)."""
     if _kind(x) == "z3":
         return ((x + (n - 1)) / n) * n  # z3 integer division floors for n > 0
+    if isinstance(x, np.ndarray) and n > 0 and n & (n - 1) == 0:
+        return (x + (n - 1)) & -n  # the same floor for a power of two, without a division per element
     return -(-x // n) * n
 
 

@@ -12,6 +12,14 @@ smallest (heads, qlen, k) per class; the test suite fails otherwise.
 Only the fields a revision, its validity rules and the invariants actually read
 vary (found by tracing a symbolic evaluation); the others keep their Shape
 defaults, which cannot change any result.
+
+Every valid shape is evaluated; what keeps that to seconds is how: the large
+fields are a table of numpy columns (pruned by the rules that read only them,
+narrow integer types), the enum fields are a loop of plain values (so the gates
+short-cut on them, see :mod:`mla_model.logic`), each combination's valid rows
+are selected once per way the mixed rules reject rows, the table is evaluated a
+cache-sized chunk at a time, and each class's smallest (heads, qlen, k) is one
+scatter-minimum of a packed score.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from mla_model.decision import decide
-from mla_model.logic import EnumTerm
+from mla_model.logic import EnumTerm, narrow_int_dtype
 from mla_model.registry import load_registry
 from mla_model.revisions import get_revision
 from mla_model.shape import FIELD_BY_NAME, FIELDS, Shape
@@ -36,10 +44,17 @@ from spec.proof.views import view_terms
 # Fields swept as numpy columns (the large ones); the rest are looped over as scalars.
 _COLUMN_FIELDS = (
     "spec_method", "num_spec_tokens", "dcp_world_size", "max_qo_len", "num_heads",
-    "num_reqs", "kv_cache_bytes", "causal", "full_cudagraph",
+    "num_reqs", "kv_cache_bytes", "causal",
 )
 
+# Rows evaluated at a time: small enough that an operation's operands stay in the CPU cache (a whole
+# table streams every array through memory, about twice as slow), large enough to amortise Python.
+_CHUNK_ROWS = 1 << 18
+
 Key = tuple[tuple[str, Any], ...]
+# Within a class the smallest (heads, qlen, k) is kept; each is packed in the bits its box needs.
+_SCORE_BITS = tuple((name, max(FIELD_BY_NAME[name].box).bit_length())
+                    for name in ("num_heads", "max_qo_len", "num_spec_tokens"))
 
 
 @dataclass
@@ -72,12 +87,18 @@ def _column(name: str, values: np.ndarray) -> Any:
 
 
 def _encode(name: str, values: tuple) -> np.ndarray:
+    """A field's box values as a column: enum codes, booleans, or integers as narrow as is safe."""
     spec = FIELD_BY_NAME[name]
     if spec.kind == "enum":
         return np.array([spec.values.index(v) for v in values], dtype=np.int8)
     if spec.kind == "bool":
         return np.array(values, dtype=bool)
-    return np.array(values, dtype=np.int64 if max(values) >= 2**31 else np.int32)
+    return np.array(values, dtype=narrow_int_dtype(*values))
+
+
+def _decode(name: str, code: Any) -> Any:
+    spec = FIELD_BY_NAME[name]
+    return spec.values[int(code)] if spec.kind == "enum" else bool(code) if spec.kind == "bool" else int(code)
 
 
 def _applicable(rules, view: SimpleNamespace, n: int) -> np.ndarray:
@@ -92,44 +113,123 @@ def _applicable(rules, view: SimpleNamespace, n: int) -> np.ndarray:
     return mask
 
 
-def _key_columns(terms: dict[str, Any], rows: np.ndarray, n: int) -> tuple[np.ndarray, list]:
-    """Integer codes of the view terms on the selected rows, and a decoder per column."""
-    codes, decoders = [], []
+def _reading_absent_fields(rules, view: SimpleNamespace) -> list:
+    """The rules that read a field ``view`` lacks."""
+    out = []
+    for rule in rules:
+        try:
+            rule[1](view)
+        except AttributeError:
+            out.append(rule)
+    return out
+
+
+def _lay_out(rules, fixed: dict[str, Any], names: list[str]) -> dict[str, np.ndarray]:
+    """The column fields' box as a table, one field at a time, pruning rows that break a rule early."""
+    cols: dict[str, np.ndarray] = {}
+    n = 1
+    for name in names:
+        values = _encode(name, FIELD_BY_NAME[name].box)
+        cols = {k: np.repeat(v, len(values)) for k, v in cols.items()}
+        cols[name] = np.tile(values, n)
+        n *= len(values)
+        keep = _applicable(rules, SimpleNamespace(**fixed, **{k: _column(k, v) for k, v in cols.items()}), n)
+        cols = {k: v[keep] for k, v in cols.items()}
+        n = int(keep.sum())
+    return cols
+
+
+def _score(view: SimpleNamespace, n: int) -> np.ndarray:
+    """(heads, qlen, k) of each row packed into one int32, ordered as the tuples are (fixed-width fields)."""
+    score = np.zeros(n, dtype=np.int32)
+    for name, bits in _SCORE_BITS:
+        score = (score << bits) | np.broadcast_to(np.asarray(getattr(view, name), dtype=np.int32), (n,))
+    return score
+
+
+def _unpack(score: int) -> tuple[int, int, int]:
+    (_, q_bits), (_, k_bits) = _SCORE_BITS[1:]
+    return score >> (q_bits + k_bits), (score >> k_bits) & ((1 << q_bits) - 1), score & ((1 << k_bits) - 1)
+
+
+def _codes(term: Any) -> tuple[Any, tuple]:
+    """A view term as integer codes (an array, or one plain code) and the values they index."""
+    if isinstance(term, EnumTerm):
+        return term.term, term.values
+    if isinstance(term, str):  # an enumeration value the whole selection shares
+        return 0, (term,)
+    return term, (False, True)
+
+
+def _smallest_per_class(terms: dict[str, Any], rows: np.ndarray, score: np.ndarray) -> dict[Key, int]:
+    """The least score of the violating ``rows`` per class, the class being the view terms' values.
+
+    Each row's class is one mixed-radix integer over the terms' (small) domains, so the per-class
+    minimum is one scatter (np.minimum.at) into a table of every possible class.
+    """
+    key = np.zeros(len(rows), dtype=np.intp)
+    decoders = []
     for name, term in terms.items():
-        if isinstance(term, EnumTerm):
-            col = np.broadcast_to(np.asarray(term.term), (n,))[rows].astype(np.int64)
-            decoders.append((name, term.values))
-        elif isinstance(term, str):
-            col = np.zeros(len(rows), dtype=np.int64)
-            decoders.append((name, (term,)))
-        else:
-            col = np.broadcast_to(np.asarray(term, dtype=bool), (n,))[rows].astype(np.int64)
-            decoders.append((name, (False, True)))
-        codes.append(col)
-    return np.stack(codes, axis=1), decoders
+        codes, domain = _codes(term)
+        codes = np.asarray(codes)
+        key = key * len(domain) + (codes[rows] if codes.ndim else int(codes))
+        decoders.append((name, domain))
+    best = np.full(int(np.prod([len(d) for _, d in decoders])), np.iinfo(np.int32).max, dtype=np.int32)
+    np.minimum.at(best, key, score[rows])
+    found = np.flatnonzero(best < np.iinfo(np.int32).max)
+    indices = np.unravel_index(found, [len(d) for _, d in decoders])
+    return {
+        tuple((name, domain[int(i[j])]) for (name, domain), i in zip(decoders, indices)): int(best[c])
+        for j, c in enumerate(found)
+    }
 
 
-def _evaluate(revision, registry, view: SimpleNamespace, n: int, invariants: tuple[Invariant, ...],
+def _evaluate(revision, registry, view: SimpleNamespace, score: np.ndarray, invariants: tuple[Invariant, ...],
               result: SweepResult) -> None:
     """Record, per invariant, each violated class and its smallest (heads, qlen, k)."""
     d = decide(revision, registry, view)
-    heads = np.broadcast_to(np.asarray(view.num_heads), (n,))
-    qlen = np.broadcast_to(np.asarray(view.max_qo_len), (n,))
-    k = np.broadcast_to(np.asarray(view.num_spec_tokens), (n,))
+    n = len(score)
     for inv in invariants:
-        bad = ~np.broadcast_to(np.asarray(inv.holds(d), dtype=bool), (n,))
-        if not bad.any():
+        rows = np.flatnonzero(~np.broadcast_to(np.asarray(inv.holds(d), dtype=bool), (n,)))
+        if not rows.size:
             continue
-        rows = np.flatnonzero(bad)
-        rows = rows[np.lexsort((k[rows], qlen[rows], heads[rows]))]
-        keys, decoders = _key_columns(view_terms(d, inv.view), rows, n)
-        _, first = np.unique(keys, axis=0, return_index=True)
         found = result.classes[inv.id]
-        for i in first:
-            key = tuple((name, domain[int(c)]) for (name, domain), c in zip(decoders, keys[i]))
-            smallest = (int(heads[rows[i]]), int(qlen[rows[i]]), int(k[rows[i]]))
+        for key, best in _smallest_per_class(view_terms(d, inv.view), rows, score).items():
+            smallest = _unpack(best)
             if key not in found or smallest < found[key]:
                 found[key] = smallest
+
+
+class _Selections:
+    """The rows of the column table that also pass the rules reading scalar fields, per scalar combination.
+
+    Those rules read few of the scalar fields (the arch, for non-causal blocks), so the combinations
+    reject rows in only a few ways: each is computed and copied once, keyed by the scalar values the
+    rules read, and every other combination reuses it.
+    """
+
+    def __init__(self, cols: dict[str, np.ndarray], score: np.ndarray, rules, fixed: dict[str, Any],
+                 scalar_fields: list[str]) -> None:
+        self.cols, self.score = cols, score
+        self.view = SimpleNamespace(**fixed, **{k: _column(k, v) for k, v in cols.items()})
+        some = {f: FIELD_BY_NAME[f].box[0] for f in scalar_fields}
+        # Rules that read column fields only held when the table was laid out; those that read scalar
+        # fields only are checked once per combination.  The rest read both.
+        self.rules = [r for r in _reading_absent_fields(rules, self.view)
+                      if r in _reading_absent_fields(rules, SimpleNamespace(**fixed, **some))]
+        tracer = FieldTracer(SimpleNamespace(**vars(self.view), **some))
+        for _, rule in self.rules:
+            rule(tracer)
+        self.keyed = [f for f in scalar_fields if f in tracer.read]
+        self.seen: dict[tuple, tuple[dict[str, np.ndarray], np.ndarray]] = {}
+
+    def __call__(self, scalars: dict[str, Any]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        key = tuple(scalars[f] for f in self.keyed)
+        if key not in self.seen:
+            valid = _applicable(self.rules, SimpleNamespace(**vars(self.view), **scalars), len(self.score))
+            self.seen[key] = (self.cols, self.score) if valid.all() else (
+                {k: v[valid] for k, v in self.cols.items()}, self.score[valid])
+        return self.seen[key]
 
 
 def sweep(revision_id: str, registry_id: str, invariants: tuple[Invariant, ...]) -> SweepResult:
@@ -140,36 +240,25 @@ def sweep(revision_id: str, registry_id: str, invariants: tuple[Invariant, ...])
     result = SweepResult(revision_id, registry_id, read, classes={inv.id: {} for inv in invariants})
     rules = revision.rules(registry)
     defaults = Shape().to_json()
-
-    # Lay out the column fields one at a time, pruning combinations that break a rule early.
-    cols: dict[str, np.ndarray] = {}
-    n = 1
     fixed = {name: defaults[name] for name in defaults if name not in read}
-    for name in (f for f in _COLUMN_FIELDS if f in read):
-        values = _encode(name, FIELD_BY_NAME[name].box)
-        cols = {k: np.repeat(v, len(values)) for k, v in cols.items()}
-        cols[name] = np.tile(values, n)
-        n *= len(values)
-        view = SimpleNamespace(**fixed, **{k: _column(k, v) for k, v in cols.items()})
-        keep = _applicable(rules, view, n)
-        cols = {k: v[keep] for k, v in cols.items()}
-        n = int(keep.sum())
-
+    cols = _lay_out(rules, fixed, [f for f in _COLUMN_FIELDS if f in read])
+    for name in [k for k, v in cols.items() if (v == v[0]).all()]:  # one value left (DCP 1 in scope)
+        fixed[name] = _decode(name, cols.pop(name)[0])
+    n = len(next(iter(cols.values())))
     scalar_fields = [f.name for f in FIELDS if f.name in read and f.name not in _COLUMN_FIELDS]
+    select = _Selections(cols, _score(SimpleNamespace(**fixed, **cols), n), rules, fixed, scalar_fields)
+
     for combo in itertools.product(*[FIELD_BY_NAME[f].box for f in scalar_fields]):
         scalars = dict(zip(scalar_fields, combo))
         if not _applicable(rules, SimpleNamespace(**fixed, **scalars), 1)[0]:
             continue  # e.g. a Gluon build on gfx942, an fp8 query with a bf16 cache
         result.shapes += n
-        view = SimpleNamespace(**fixed, **{k: _column(k, v) for k, v in cols.items()}, **scalars)
-        valid = _applicable(rules, view, n)
-        if not valid.any():
-            continue
-        # Evaluate only the valid rows; scalar fields stay scalars (broadcast by numpy).
-        rows_cols = {k: v[valid] for k, v in cols.items()}
-        m = len(next(iter(rows_cols.values())))
-        result.valid += m
-        view = SimpleNamespace(**fixed, **{k: _column(k, v) for k, v in rows_cols.items()}, **scalars)
-        _evaluate(revision, registry, view, m, invariants, result)
+        # Evaluate only the valid rows, a cache-sized chunk at a time; scalar fields stay scalars.
+        rows, score = select(scalars)
+        result.valid += len(score)
+        for at in range(0, len(score), _CHUNK_ROWS):
+            chunk = {k: _column(k, v[at:at + _CHUNK_ROWS]) for k, v in rows.items()}
+            view = SimpleNamespace(**fixed, **chunk, **scalars)
+            _evaluate(revision, registry, view, score[at:at + _CHUNK_ROWS], invariants, result)
     result.seconds = time.perf_counter() - start
     return result
