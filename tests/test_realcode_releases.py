@@ -37,11 +37,17 @@ def test_0_28_0_real_code_proves_both_absent():
             assert check(rev, registry, INVARIANT_BY_ID[inv]).verdict == PROVED, (registry, inv)
 
 
-@pytest.mark.parametrize("release, model", [("0.27.1", "vllm-0.27"), ("0.28.0", "vllm-0.28"), ("0.34.0", "vllm-0.34")])
+@pytest.mark.parametrize("release, model", [("0.27.1", "vllm-0.27"), ("0.28.0", "vllm-0.28"),
+                                            ("0.34.0", "vllm-0.34")])
 def test_model_revisions_are_equivalent_to_the_real_predicates(release, model):
     label, model_id, rows = bind(release, model, symbolic=True)
     symbolic = [r for r in rows if r.method == "symbolic"]
     assert symbolic and all(r.verdict == "EQUIVALENT" for r in symbolic), [r.to_json() for r in symbolic]
+    # Every point of each predicate's box too (0.27.1 has no use_gluon_verify to compare).
+    absent = {"use_gluon_verify"} if release == "0.27.1" else set()
+    predicates = ("use_gluon_decode", "use_gluon_verify", "is_valid_num_heads", "get_actual_mla_num_heads")
+    bounded = {r.function: r.verdict for r in rows if r.method == "bounded"}
+    assert bounded == {name: "UNSUPPORTED" if name in absent else "EQUIVALENT" for name in predicates}
 
 
 def test_a_release_that_does_not_exist_is_one_line_exit_2():

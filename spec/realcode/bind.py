@@ -21,16 +21,20 @@ import itertools
 import time
 import types
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Sequence
 
+import numpy as np
 import z3
 
 from mla_model.decision import decide
+from mla_model.logic import EnumTerm
 from mla_model.registry import load_registry
 from mla_model.revisions import RELEASE_OF_REVISION
 from mla_model.revisions import get_revision
 from mla_model.revisions.base import Revision
-from mla_model.shape import ARCHS, ASM_PADDING_MODES, DCP_WORLD_SIZES, GIB, KV_CACHE_DTYPES, Shape
+from mla_model.shape import (
+    ARCHS, ASM_PADDING_MODES, DCP_WORLD_SIZES, FIELD_BY_NAME, GIB, KV_CACHE_DTYPES, Shape,
+)
 from spec.proof.prover import problem
 from spec.proof.terms import as_z3
 from spec.realcode.revision import RealGates, real_revision
@@ -124,18 +128,65 @@ def _model_function(model_id: str, name: str) -> Any:
     return getattr(inspect.getmodule(revision.route), name, None)
 
 
-def _box(params: tuple[str, ...]) -> tuple[list[str], Iterator[tuple]]:
-    """The points a predicate is compared on: its own parameters plus the platform."""
-    axes = {
-        "arch": ARCHS, "asm_padding_mode": ASM_PADDING_MODES, "num_heads": BOX_HEADS, "max_qo_len": BOX_QLEN,
-        "kv_cache_dtype": KV_CACHE_DTYPES, "dcp_world_size": DCP_WORLD_SIZES, "causal": (True, False),
-        "kv_cache_bytes": (2 * GIB, 2 * GIB + 1),
-    }
-    names = list(dict.fromkeys(["arch", "asm_padding_mode"] + [p for p in params if p in axes]))
-    return names, itertools.product(*[axes[n] for n in names])
+_AXES: dict[str, Sequence[Any]] = {
+    "arch": ARCHS, "asm_padding_mode": ASM_PADDING_MODES, "num_heads": BOX_HEADS, "max_qo_len": BOX_QLEN,
+    "kv_cache_dtype": KV_CACHE_DTYPES, "dcp_world_size": DCP_WORLD_SIZES, "causal": (True, False),
+    "kv_cache_bytes": (2 * GIB, 2 * GIB + 1),
+}
+_PLATFORM = ("arch", "asm_padding_mode")
+
+
+def _box(params: tuple[str, ...]) -> list[str]:
+    """The axes a predicate is compared on: the platform, then its own parameters."""
+    return list(dict.fromkeys([*_PLATFORM, *[p for p in params if p in _AXES]]))
+
+
+def _model_values(model_fn: Any, params: tuple[str, ...], names: list[str], platform: dict[str, str],
+                  reg: Any) -> np.ndarray:
+    """The model's gate on every point of one platform's slice of the box, at once (numpy interpretation).
+
+    Points are in ``itertools.product`` order over ``names`` after the platform, as the real calls are.
+    """
+    rest = names[len(_PLATFORM):]
+    index = [i.ravel() for i in np.indices([len(_AXES[n]) for n in rest])]
+    columns = {}
+    for name, i in zip(rest, index):
+        spec = FIELD_BY_NAME[name]
+        columns[name] = (EnumTerm(spec.values, np.array([spec.values.index(v) for v in _AXES[name]])[i])
+                         if spec.kind == "enum" else np.asarray(_AXES[name])[i])
+    args = {k: {**platform, **columns}[k] for k in params if k in names}
+    if "s" in params:
+        args["s"] = types.SimpleNamespace(**platform)
+    if "reg" in params:
+        args["reg"] = reg
+    return np.broadcast_to(np.asarray(model_fn(**args)), index[0].shape)
+
+
+def _real_values(fn: Any, params: tuple[str, ...], rest: list[str], points: list[tuple]) -> list[Any]:
+    """The real predicate on every point, given the parameters of its signature the box has.
+
+    Positionally where those lead the signature (no keyword dict per call), else by keyword.
+    """
+    boxed = [n for n in params if n in rest]
+    at = [rest.index(n) for n in boxed]
+    if boxed != list(params[:len(boxed)]):
+        return [fn(**{n: p[i] for n, i in zip(boxed, at)}) for p in points]
+    if at != list(range(len(rest))):
+        points = [tuple(p[i] for i in at) for p in points]
+    return [fn(*p) for p in points]
+
+
+def _differs(real: Any, model: Any) -> bool:
+    return bool(real) != bool(model) or (not isinstance(real, bool) and int(real) != int(model))
 
 
 def bounded_comparison(gates: RealGates, model_id: str, max_differences: int = 3) -> list[Comparison]:
+    """Each predicate against the model's gate on every point of its box.
+
+    The real function is called point by point (it is the code under test); the model's gate is
+    evaluated on a whole platform slice at once, and only the points where the two answers are not
+    ``==`` are compared exactly (``==`` implies agreement, so that misses nothing).
+    """
     out = []
     reg = load_registry("aiter-0.1.20")
     for name in ("use_gluon_decode", "use_gluon_verify", "is_valid_num_heads", "get_actual_mla_num_heads"):
@@ -146,36 +197,34 @@ def bounded_comparison(gates: RealGates, model_id: str, max_differences: int = 3
                                   reason=f"{'the release' if not real_params else model_id} has no {name}"))
             continue
         model_params = tuple(inspect.signature(model_fn).parameters)
-        names, points = _box(real_params + model_params)
+        names = _box(real_params + model_params)
         start = time.perf_counter()
-        diffs: list[dict[str, Any]] = []
         code = gates.code
         real_fn = getattr(code.helper, name)
-        real_keys = [n for n in names if n in real_params]
-        model_keys = [n for n in names if n in model_params]
-        real_seconds, compared = 0.0, 0
-        for point in points:
-            compared += 1
-            kw = dict(zip(names, point))
-            code.platform.arch, code.platform.mode = kw["arch"], kw["asm_padding_mode"]
+        rest = names[len(_PLATFORM):]
+        differing: list[tuple[int, dict[str, Any]]] = []  # (point number, record), one past the reported
+        real_seconds, points_done = 0.0, 0
+        for platform in itertools.product(*[_AXES[n] for n in _PLATFORM]):
+            code.platform.arch, code.platform.mode = platform
             code.refresh_caches()
+            points = list(itertools.product(*[_AXES[n] for n in rest]))
             t0 = time.perf_counter()
-            real = real_fn(**{k: kw[k] for k in real_keys})
+            reals = _real_values(real_fn, real_params, rest, points)
             real_seconds += time.perf_counter() - t0
-            margs = {k: kw[k] for k in model_keys}
-            if "s" in model_params:
-                margs["s"] = types.SimpleNamespace(arch=kw["arch"], asm_padding_mode=kw["asm_padding_mode"])
-            if "reg" in model_params:
-                margs["reg"] = reg
-            model = model_fn(**margs)
-            if bool(real) != bool(model) or (not isinstance(real, bool) and int(real) != int(model)):
-                if len(diffs) < max_differences:
-                    diffs.append({"inputs": kw, "real": real, "model": model})
-                else:
+            models = _model_values(model_fn, model_params, names, dict(zip(_PLATFORM, platform)), reg)
+            for i in np.flatnonzero(np.asarray(reals) != models):
+                if len(differing) > max_differences:
                     break
+                if _differs(reals[i], models[i]):
+                    differing.append((points_done + int(i), {"inputs": dict(zip(names, platform + points[i])),
+                                                             "real": reals[i], "model": models[i].item()}))
+            points_done += len(points)
+        diffs = [d for _, d in differing[:max_differences]]
+        # As a point-by-point scan would report it: it stops at the first difference beyond those shown.
+        compared = differing[max_differences][0] + 1 if len(differing) > max_differences else points_done
         out.append(Comparison(name, "bounded", "DIFFERENT" if diffs else "EQUIVALENT", checked=compared,
                               seconds=time.perf_counter() - start, differences=diffs,
-                              real_calls_per_second=compared / real_seconds if real_seconds else 0.0))
+                              real_calls_per_second=points_done / real_seconds if real_seconds else 0.0))
     return out
 
 
