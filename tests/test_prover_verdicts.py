@@ -6,11 +6,15 @@ minimal shapes, the route they take and what breaks.
 
 from __future__ import annotations
 
+import json
+
 import pytest
+import z3
 
 from mla_model.registry import REGISTRY_IDS
 from spec.proof.invariants import INVARIANT_BY_ID, INVARIANTS
-from spec.proof.prover import PROVED, VIOLATED, check
+from spec.proof.prover import PROVED, UNKNOWN, VIOLATED, check
+from tests.cli import run
 
 PRE_FIX = ("vllm-0.27", "main-pre-51011")
 
@@ -93,8 +97,30 @@ def test_max_classes_cuts_enumeration_and_says_so():
     assert r.verdict == VIOLATED and len(r.counterexamples) == 2 and not r.complete
 
 
-def test_a_timeout_is_unknown_never_proved():
-    r = result("vllm-0.34", "aiter-0.1.20", "total", timeout_ms=1)
-    assert r.verdict in ("UNKNOWN", VIOLATED)
-    if r.verdict == "UNKNOWN":
-        assert r.reason and not r.counterexamples
+@pytest.fixture
+def solver_gives_up():
+    """z3 answers unknown to every query: a resource limit of one step, z3's deterministic timeout.
+
+    A 1 ms wall-clock timeout is not reliable (a fast machine can find a model in time); the resource
+    limit runs out on every machine, in this process and in the worker a command forks.
+    """
+    before = z3.get_param("rlimit")
+    z3.set_param("rlimit", 1)
+    yield
+    z3.set_param("rlimit", before)
+
+
+def test_a_timeout_is_unknown_never_proved(solver_gives_up):
+    """'total' on 0.34 is violated; when z3 gives up before it can say so, the verdict is exactly UNKNOWN."""
+    r = result("vllm-0.34", "aiter-0.1.20", "total")
+    assert r.verdict == UNKNOWN, r.verdict
+    assert r.reason.startswith("z3: ") and r.reason != "z3: "
+    assert not r.counterexamples and r.classes == 0 and not r.complete
+
+
+def test_an_unknown_verdict_exits_3(solver_gives_up):
+    out = run("check", "--revision", "vllm-0.34", "--registry", "aiter-0.1.20", "--invariant", "total",
+              "--format", "json")
+    assert out.returncode == 3, out.stdout + out.stderr
+    (r,) = json.loads(out.stdout)["results"]
+    assert r["verdict"] == "UNKNOWN" and r["reason"] and not r["counterexamples"]
