@@ -26,10 +26,11 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -38,7 +39,14 @@ from mla_model.case import Case
 from mla_model.decision import decide
 from mla_model.emulation import NoKernel
 from mla_model.reference import (
-    FP8_DTYPE_OF_ARCH, HEAD_DIM, V_HEAD_DIM, DecodeInputs, PagedKV, attend, operands, quantize_fp8,
+    FP8_DTYPE_OF_ARCH,
+    HEAD_DIM,
+    V_HEAD_DIM,
+    DecodeInputs,
+    PagedKV,
+    attend,
+    operands,
+    quantize_fp8,
 )
 from mla_model.registry import load_registry
 from mla_model.revisions import get_revision
@@ -59,7 +67,8 @@ class Unavailable(Exception):
 
 
 def resolve_device(device: str, worker: int | None = None) -> str:
-    """``auto``: CUDA when present; a bare ``cuda`` under xdist picks GPU ``worker % count`` (one worker a GPU)."""
+    """``auto``: CUDA when present; a bare ``cuda`` under xdist picks GPU ``worker % count``
+    (one worker a GPU)."""
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and worker is not None and torch.cuda.device_count() > 1:
@@ -70,8 +79,9 @@ def resolve_device(device: str, worker: int | None = None) -> str:
 # --- inputs ---------------------------------------------------------------------------------
 
 
-def build_inputs(case: Case, heads: int, device: str, kv_len: int = DEFAULT_KV_LEN, full_context: bool = False
-                 ) -> DecodeInputs:
+def build_inputs(
+    case: Case, heads: int, device: str, kv_len: int = DEFAULT_KV_LEN, full_context: bool = False
+) -> DecodeInputs:
     """Seeded inputs for the case: random pages in a random block table, never zeros, fp8 where routed.
 
     Each request holds a random context of 1..kv_len tokens before its verify block, or exactly kv_len
@@ -132,8 +142,10 @@ class Stopwatch:
     def millis(self) -> dict[str, float]:
         if self.device.startswith("cuda"):
             torch.cuda.synchronize(self.device)
-        return {name: min(s if isinstance(s, float) else s[0].elapsed_time(s[1]) for s in spans)
-                for name, spans in self.spans.items()}
+        return {
+            name: min(s if isinstance(s, float) else s[0].elapsed_time(s[1]) for s in spans)
+            for name, spans in self.spans.items()
+        }
 
 
 # --- verdict --------------------------------------------------------------------------------
@@ -148,21 +160,29 @@ def tolerance(ref: torch.Tensor, ref_lowp: torch.Tensor) -> tuple[float, float]:
 def classify(out: torch.Tensor, ref: torch.Tensor, ref_lowp: torch.Tensor) -> dict[str, Any]:
     """PASS, MISMATCH or NAN, with the numbers behind it."""
     if tuple(out.shape) != tuple(ref.shape):
-        return {"status": "MISMATCH", "detail": f"output shape {tuple(out.shape)} is not the reference's "
-                                                f"{tuple(ref.shape)} (heads {out.shape[1]} for {ref.shape[1]})"}
+        return {
+            "status": "MISMATCH",
+            "detail": f"output shape {tuple(out.shape)} is not the reference's "
+            f"{tuple(ref.shape)} (heads {out.shape[1]} for {ref.shape[1]})",
+        }
     o = out.float()
     bad = ~torch.isfinite(o)
     if bad.any():
-        return {"status": "NAN", "detail": f"{int(bad.sum())} of {o.numel()} outputs are NaN/Inf "
-                                           f"(in {int(bad.flatten(1).any(1).sum())} of {o.shape[0]} query rows)"}
+        return {
+            "status": "NAN",
+            "detail": f"{int(bad.sum())} of {o.numel()} outputs are NaN/Inf "
+            f"(in {int(bad.flatten(1).any(1).sum())} of {o.shape[0]} query rows)",
+        }
     atol, rtol = tolerance(ref, ref_lowp)
     err = (o - ref).abs()
     outside = err > atol + rtol * ref.abs()
     cosine = float(torch.nn.functional.cosine_similarity(o.flatten(), ref.flatten(), dim=0))
     numbers = {"max_abs_err": float(err.max()), "atol": atol, "rtol": rtol, "cosine": cosine}
     if outside.any() or cosine < COSINE_MIN:
-        detail = (f"{int(outside.sum())} of {o.numel()} outputs outside atol {atol:.2e} + rtol {rtol} x |ref|; "
-                  f"max abs err {numbers['max_abs_err']:.3e}; cosine {cosine:.6f}")
+        detail = (
+            f"{int(outside.sum())} of {o.numel()} outputs outside atol {atol:.2e} + rtol {rtol} x |ref|; "
+            f"max abs err {numbers['max_abs_err']:.3e}; cosine {cosine:.6f}"
+        )
         return {"status": "MISMATCH", "detail": detail, **numbers}
     return {"status": "PASS", "detail": "", **numbers}
 
@@ -174,16 +194,35 @@ def case_record(case: Case, backend_name: str, device: str, fault: str | None) -
     """The fields every result record starts with: the case, the backend, and the route the case pins."""
     s, pinned = case.shape, case.expected_route
     return {
-        "key": case_key(case), "id": case.id, "backend": backend_name, "fault": fault, "device": device,
-        "revision": case.revision, "registry": case.registry, "origin": case.origin, "seed": case.seed,
-        "path": pinned["path"], "kernel": pinned["kernel"], "arch": s.arch, "q_dtype": pinned["q_dtype"],
-        "kv_dtype": pinned["kv_dtype"], "num_reqs": s.num_reqs, "qlen": s.max_qo_len,
-        "padded_heads": pinned["padded_q_heads"], "head_padding": pinned["head_padding"],
+        "key": case_key(case),
+        "id": case.id,
+        "backend": backend_name,
+        "fault": fault,
+        "device": device,
+        "revision": case.revision,
+        "registry": case.registry,
+        "origin": case.origin,
+        "seed": case.seed,
+        "path": pinned["path"],
+        "kernel": pinned["kernel"],
+        "arch": s.arch,
+        "q_dtype": pinned["q_dtype"],
+        "kv_dtype": pinned["kv_dtype"],
+        "num_reqs": s.num_reqs,
+        "qlen": s.max_qo_len,
+        "padded_heads": pinned["padded_q_heads"],
+        "head_padding": pinned["head_padding"],
     }
 
 
-def run_case(case: Case, backend: Any, device: str, kv_len: int = DEFAULT_KV_LEN, fault: str | None = None,
-             full_context: bool = False) -> dict[str, Any]:
+def run_case(
+    case: Case,
+    backend: Any,
+    device: str,
+    kv_len: int = DEFAULT_KV_LEN,
+    fault: str | None = None,
+    full_context: bool = False,
+) -> dict[str, Any]:
     """Run the case on the backend and return its result record (never raises for a backend failure).
 
     A backend with its own ``run_case`` (``vllm``: the release builds its own inputs) makes the record itself.
@@ -203,8 +242,13 @@ def run_case(case: Case, backend: Any, device: str, kv_len: int = DEFAULT_KV_LEN
         heads = int(decision.route.decode_heads)
         inputs = build_inputs(case, heads, device, kv_len, full_context)
         kv_tokens = int(inputs.kv.seq_lens.sum())
-        record.update(heads=heads, page_size=inputs.kv.page_size, max_seq_len=int(inputs.kv.seq_lens.max()),
-                      kv_tokens=kv_tokens, kv_bytes=kv_tokens * HEAD_DIM * inputs.kv.cache.element_size())
+        record.update(
+            heads=heads,
+            page_size=inputs.kv.page_size,
+            max_seq_len=int(inputs.kv.seq_lens.max()),
+            kv_tokens=kv_tokens,
+            kv_bytes=kv_tokens * HEAD_DIM * inputs.kv.cache.element_size(),
+        )
         watch = Stopwatch(device)
         ops32 = operands(inputs)  # gathering and masking are input preparation, as the backends' is
         ops16 = ops32.to(torch.bfloat16)

@@ -29,8 +29,9 @@ builds symbolic terms.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -319,7 +320,11 @@ def tuple_in(terms: Sequence[Any], rows: Iterable[tuple]) -> Any:
     if kind == "z3":
         lifted = [_lift_z3(x) for x in raw]
         match = lambda x, v: x == (z3.BoolVal(bool(v)) if z3.is_bool(x) else v)  # noqa: E731
-        return z3.Or(*[z3.And(*[match(x, v) for x, v in zip(lifted, r)]) for r in coded]) if coded else z3.BoolVal(False)
+        return (
+            z3.Or(*[z3.And(*[match(x, v) for x, v in zip(lifted, r)]) for r in coded])
+            if coded
+            else z3.BoolVal(False)
+        )
     if not coded:
         return np.False_
     return _np_tuple_in(raw, coded) if raw else np.True_
@@ -422,4 +427,3 @@ def lookup_int(x: Any, table: dict[int, int], default: Any) -> Any:
     for key in sorted(table, reverse=True):
         term = if_then_else(x == key, table[key], term)
     return term
-

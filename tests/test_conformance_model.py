@@ -20,15 +20,25 @@ from conformance.backends import load_backend
 from conformance.runner import Stopwatch, classify, run_case
 from mla_model.case import read_cases
 from mla_model.decision import decide
-from mla_model.failures import first_failure
 from mla_model.emulation import (
-    FAULTS, NoKernel, as_kernel_heads, asm_num_kv_splits, fault_touches, gluon_num_kv_splits, lse_reduce, pad_heads, unpad_heads,
+    FAULTS,
+    NoKernel,
+    as_kernel_heads,
+    asm_num_kv_splits,
+    fault_touches,
+    gluon_num_kv_splits,
+    lse_reduce,
+    pad_heads,
+    unpad_heads,
 )
+from mla_model.failures import first_failure
 from mla_model.registry import load_registry
 from mla_model.revisions import get_revision
 
 ROOT = Path(__file__).resolve().parent
-CASES = [c for f in sorted(glob.glob(str(ROOT / "generated" / "*" / "cases.jsonl"))) for c in read_cases(Path(f))]
+CASES = [
+    c for f in sorted(glob.glob(str(ROOT / "generated" / "*" / "cases.jsonl"))) for c in read_cases(Path(f))
+]
 KV_LEN = 16  # short contexts keep the whole sweep to a few seconds on CI's two cores
 PRE_FIX = ("vllm-0.27", "main-pre-51011")
 
@@ -52,7 +62,8 @@ def _decision(case):
 
 
 def _vllm_fails(case) -> bool:
-    """The case's first failure is vLLM's (it raises, its Gluon loader fails, its padding is wrong): a CRASH."""
+    """The case's first failure is vLLM's (it raises, its Gluon loader fails, its padding is wrong):
+    a CRASH."""
     found = first_failure(decide(get_revision(case.revision), load_registry(case.registry), case.shape))
     return found is not None and not found[0].refusal
 
@@ -87,7 +98,9 @@ def test_fp8_on_gluon_with_a_hard_coded_scale_is_caught_without_injection(baseli
     assert mismatched, "the pinned pre-fix counterexamples should reach Gluon with fp8 KV"
     assert {c.revision for c in mismatched} <= set(PRE_FIX)
     fixed = [c for c in CASES if c.revision not in PRE_FIX]
-    assert fixed and all(baseline[id(c)]["status"] in ("PASS", "NO_KERNEL") for c in fixed if not _vllm_fails(c))
+    assert fixed and all(
+        baseline[id(c)]["status"] in ("PASS", "NO_KERNEL") for c in fixed if not _vllm_fails(c)
+    )
 
 
 @pytest.mark.parametrize("fault", list(FAULTS))

@@ -34,7 +34,8 @@ def test_z3_and_brute_force_agree(revision_id, registry_id):
         boxed = check(revision_id, registry_id, inv, within_box=True)
         assert boxed.complete, boxed.reason
         z3_classes = {
-            _key(c.view): (c.shape.num_heads, c.shape.max_qo_len, c.shape.num_spec_tokens) for c in boxed.counterexamples
+            _key(c.view): (c.shape.num_heads, c.shape.max_qo_len, c.shape.num_spec_tokens)
+            for c in boxed.counterexamples
         }
         assert z3_classes == brute, inv.id
         unbounded = check(revision_id, registry_id, inv)

@@ -74,7 +74,9 @@ def test_gfx942_verify_past_qlen_4_has_no_asm_kernel_on_0_28_and_0_34_routes_it_
     gfx942 = [c for c in r.counterexamples if c.shape.arch == "gfx942" and c.shape.kv_cache_dtype == "auto"]
     assert gfx942 and gfx942[0].shape.max_qo_len == 5 and gfx942[0].shape.num_heads == 16
     r34 = result("vllm-0.34", "aiter-0.1.20", "kernel-exists")
-    assert not [c for c in r34.counterexamples if c.shape.arch == "gfx942" and c.shape.kv_cache_dtype == "auto"]
+    assert not [
+        c for c in r34.counterexamples if c.shape.arch == "gfx942" and c.shape.kv_cache_dtype == "auto"
+    ]
 
 
 def test_every_counterexample_is_valid_and_violating_when_rerun_in_python():
@@ -119,8 +121,17 @@ def test_a_timeout_is_unknown_never_proved(solver_gives_up):
 
 
 def test_an_unknown_verdict_exits_3(solver_gives_up):
-    out = run("check", "--revision", "vllm-0.34", "--registry", "aiter-0.1.20", "--invariant", "total",
-              "--format", "json")
+    out = run(
+        "check",
+        "--revision",
+        "vllm-0.34",
+        "--registry",
+        "aiter-0.1.20",
+        "--invariant",
+        "total",
+        "--format",
+        "json",
+    )
     assert out.returncode == 3, out.stdout + out.stderr
     (r,) = json.loads(out.stdout)["results"]
     assert r["verdict"] == "UNKNOWN" and r["reason"] and not r["counterexamples"]

@@ -23,8 +23,10 @@ def test_0_27_1_real_code_sends_fp8_to_gluon_and_sizes_metadata_from_the_whiteli
     rev = real_revision("0.27.1")
     fp8 = check(rev, "aiter-0.1.19", INVARIANT_BY_ID["fp8-never-reaches-gluon"])
     assert fp8.verdict == VIOLATED
-    assert any(c.shape.arch == "gfx950" and c.shape.max_qo_len == 1 and 16 % c.shape.num_heads == 0
-               for c in fp8.counterexamples)
+    assert any(
+        c.shape.arch == "gfx950" and c.shape.max_qo_len == 1 and 16 % c.shape.num_heads == 0
+        for c in fp8.counterexamples
+    )
     sizing = check(rev, "aiter-0.1.19", INVARIANT_BY_ID["metadata-covers-qlen"])
     assert sizing.verdict == VIOLATED
     assert {c.shape.spec_method for c in sizing.counterexamples} & {"dflash", "dspark", "eagle"}
@@ -37,8 +39,9 @@ def test_0_28_0_real_code_proves_both_absent():
             assert check(rev, registry, INVARIANT_BY_ID[inv]).verdict == PROVED, (registry, inv)
 
 
-@pytest.mark.parametrize("release, model", [("0.27.1", "vllm-0.27"), ("0.28.0", "vllm-0.28"),
-                                            ("0.34.0", "vllm-0.34")])
+@pytest.mark.parametrize(
+    "release, model", [("0.27.1", "vllm-0.27"), ("0.28.0", "vllm-0.28"), ("0.34.0", "vllm-0.34")]
+)
 def test_model_revisions_are_equivalent_to_the_real_predicates(release, model):
     label, model_id, rows = bind(release, model, symbolic=True)
     symbolic = [r for r in rows if r.method == "symbolic"]
@@ -51,8 +54,12 @@ def test_model_revisions_are_equivalent_to_the_real_predicates(release, model):
 
 
 def test_a_release_that_does_not_exist_is_one_line_exit_2():
-    out = subprocess.run([sys.executable, "-m", "conformance", "check", "--vllm", "0.0.999"],
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-m", "conformance", "check", "--vllm", "0.0.999"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "0.0.999" in lines[0], out.stderr

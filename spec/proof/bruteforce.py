@@ -43,8 +43,14 @@ from spec.proof.views import view_terms
 
 # Fields swept as numpy columns (the large ones); the rest are looped over as scalars.
 _COLUMN_FIELDS = (
-    "spec_method", "num_spec_tokens", "dcp_world_size", "max_qo_len", "num_heads",
-    "num_reqs", "kv_cache_bytes", "causal",
+    "spec_method",
+    "num_spec_tokens",
+    "dcp_world_size",
+    "max_qo_len",
+    "num_heads",
+    "num_reqs",
+    "kv_cache_bytes",
+    "causal",
 )
 
 # Rows evaluated at a time: small enough that an operation's operands stay in the CPU cache (a whole
@@ -53,8 +59,10 @@ _CHUNK_ROWS = 1 << 18
 
 Key = tuple[tuple[str, Any], ...]
 # Within a class the smallest (heads, qlen, k) is kept; each is packed in the bits its box needs.
-_SCORE_BITS = tuple((name, max(FIELD_BY_NAME[name].box).bit_length())
-                    for name in ("num_heads", "max_qo_len", "num_spec_tokens"))
+_SCORE_BITS = tuple(
+    (name, max(FIELD_BY_NAME[name].box).bit_length())
+    for name in ("num_heads", "max_qo_len", "num_spec_tokens")
+)
 
 
 @dataclass
@@ -184,8 +192,14 @@ def _smallest_per_class(terms: dict[str, Any], rows: np.ndarray, score: np.ndarr
     }
 
 
-def _evaluate(revision, registry, view: SimpleNamespace, score: np.ndarray, invariants: tuple[Invariant, ...],
-              result: SweepResult) -> None:
+def _evaluate(
+    revision,
+    registry,
+    view: SimpleNamespace,
+    score: np.ndarray,
+    invariants: tuple[Invariant, ...],
+    result: SweepResult,
+) -> None:
     """Record, per invariant, each violated class and its smallest (heads, qlen, k)."""
     d = decide(revision, registry, view)
     n = len(score)
@@ -208,15 +222,24 @@ class _Selections:
     rules read, and every other combination reuses it.
     """
 
-    def __init__(self, cols: dict[str, np.ndarray], score: np.ndarray, rules, fixed: dict[str, Any],
-                 scalar_fields: list[str]) -> None:
+    def __init__(
+        self,
+        cols: dict[str, np.ndarray],
+        score: np.ndarray,
+        rules,
+        fixed: dict[str, Any],
+        scalar_fields: list[str],
+    ) -> None:
         self.cols, self.score = cols, score
         self.view = SimpleNamespace(**fixed, **{k: _column(k, v) for k, v in cols.items()})
         some = {f: FIELD_BY_NAME[f].box[0] for f in scalar_fields}
         # Rules that read column fields only held when the table was laid out; those that read scalar
         # fields only are checked once per combination.  The rest read both.
-        self.rules = [r for r in _reading_absent_fields(rules, self.view)
-                      if r in _reading_absent_fields(rules, SimpleNamespace(**fixed, **some))]
+        self.rules = [
+            r
+            for r in _reading_absent_fields(rules, self.view)
+            if r in _reading_absent_fields(rules, SimpleNamespace(**fixed, **some))
+        ]
         tracer = FieldTracer(SimpleNamespace(**vars(self.view), **some))
         for _, rule in self.rules:
             rule(tracer)
@@ -227,8 +250,11 @@ class _Selections:
         key = tuple(scalars[f] for f in self.keyed)
         if key not in self.seen:
             valid = _applicable(self.rules, SimpleNamespace(**vars(self.view), **scalars), len(self.score))
-            self.seen[key] = (self.cols, self.score) if valid.all() else (
-                {k: v[valid] for k, v in self.cols.items()}, self.score[valid])
+            self.seen[key] = (
+                (self.cols, self.score)
+                if valid.all()
+                else ({k: v[valid] for k, v in self.cols.items()}, self.score[valid])
+            )
         return self.seen[key]
 
 
@@ -257,8 +283,8 @@ def sweep(revision_id: str, registry_id: str, invariants: tuple[Invariant, ...])
         rows, score = select(scalars)
         result.valid += len(score)
         for at in range(0, len(score), _CHUNK_ROWS):
-            chunk = {k: _column(k, v[at:at + _CHUNK_ROWS]) for k, v in rows.items()}
+            chunk = {k: _column(k, v[at : at + _CHUNK_ROWS]) for k, v in rows.items()}
             view = SimpleNamespace(**fixed, **chunk, **scalars)
-            _evaluate(revision, registry, view, score[at:at + _CHUNK_ROWS], invariants, result)
+            _evaluate(revision, registry, view, score[at : at + _CHUNK_ROWS], invariants, result)
     result.seconds = time.perf_counter() - start
     return result

@@ -20,8 +20,9 @@ import inspect
 import itertools
 import time
 import types
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import z3
@@ -29,11 +30,16 @@ import z3
 from mla_model.decision import decide
 from mla_model.logic import EnumTerm
 from mla_model.registry import load_registry
-from mla_model.revisions import RELEASE_OF_REVISION
-from mla_model.revisions import get_revision
+from mla_model.revisions import RELEASE_OF_REVISION, get_revision
 from mla_model.revisions.base import Revision
 from mla_model.shape import (
-    ARCHS, ASM_PADDING_MODES, DCP_WORLD_SIZES, FIELD_BY_NAME, GIB, KV_CACHE_DTYPES, Shape,
+    ARCHS,
+    ASM_PADDING_MODES,
+    DCP_WORLD_SIZES,
+    FIELD_BY_NAME,
+    GIB,
+    KV_CACHE_DTYPES,
+    Shape,
 )
 from spec.proof.prover import problem
 from spec.proof.terms import as_z3
@@ -44,8 +50,15 @@ from spec.realcode.symexec import LiftingUnsupported
 # Release -> the model revision that claims to describe it.
 MODEL_OF_RELEASE = {release.rsplit(".", 1)[0]: model for model, release in RELEASE_OF_REVISION.items()}
 MODEL_OF_RELEASE["0.32"] = "vllm-0.31"  # 0.32.0's predicates and gate are 0.31.0's (sources §15)
-ROUTE_FIELDS = ("path", "use_gluon_decode", "use_gluon_verify", "use_persistent_metadata",
-                "wants_persistent_metadata", "mtp_decode_qlen", "decode_heads")
+ROUTE_FIELDS = (
+    "path",
+    "use_gluon_decode",
+    "use_gluon_verify",
+    "use_persistent_metadata",
+    "wants_persistent_metadata",
+    "mtp_decode_qlen",
+    "decode_heads",
+)
 BOX_HEADS = range(1, 257)
 BOX_QLEN = range(1, 33)
 
@@ -62,8 +75,11 @@ class Comparison:
     real_calls_per_second: float = 0.0  # bounded: calls of the real function alone
 
     def to_json(self) -> dict[str, Any]:
-        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in self.__dict__.items()
-                if v not in ("", None)}
+        return {
+            k: (round(v, 4) if isinstance(v, float) else v)
+            for k, v in self.__dict__.items()
+            if v not in ("", None)
+        }
 
 
 def default_model(label: str) -> str | None:
@@ -75,9 +91,14 @@ def _field(route: Any, name: str) -> Any:
     return getattr(route, name)
 
 
-def symbolic_comparison(real: Revision, model: Revision, registry_id: str = "aiter-0.1.20",
-                        max_differences: int = 3, timeout_ms: int | None = None,
-                        fields: tuple[str, ...] = ROUTE_FIELDS) -> list[Comparison]:
+def symbolic_comparison(
+    real: Revision,
+    model: Revision,
+    registry_id: str = "aiter-0.1.20",
+    max_differences: int = 3,
+    timeout_ms: int | None = None,
+    fields: tuple[str, ...] = ROUTE_FIELDS,
+) -> list[Comparison]:
     """Per field: EQUIVALENT (unsat), DIFFERENT (with concrete shapes), UNSUPPORTED (no lifting), or
     UNKNOWN (z3 gave up within ``timeout_ms`` before finding a difference)."""
     out = []
@@ -98,24 +119,41 @@ def symbolic_comparison(real: Revision, model: Revision, registry_id: str = "ait
         if timeout_ms is not None:
             s.set("timeout", timeout_ms)
         s.add(context, differs)
-        diffs = []
+        diffs: list[dict[str, Any]] = []
         answer = s.check()
         while len(diffs) < max_differences and answer == z3.sat:
             shape = pr.symbolic.to_shape(s.model())
             diffs.append(_concrete_difference(name, shape, real, model, reg))
-            s.add(z3.Or(*[v != s.model().eval(v, model_completion=True) for v in
-                          (pr.symbolic.variables["num_heads"], pr.symbolic.variables["max_qo_len"],
-                           pr.symbolic.variables["kv_cache_dtype"], pr.symbolic.variables["arch"])]))
+            s.add(
+                z3.Or(
+                    *[
+                        v != s.model().eval(v, model_completion=True)
+                        for v in (
+                            pr.symbolic.variables["num_heads"],
+                            pr.symbolic.variables["max_qo_len"],
+                            pr.symbolic.variables["kv_cache_dtype"],
+                            pr.symbolic.variables["arch"],
+                        )
+                    ]
+                )
+            )
             answer = s.check()
         verdict = "DIFFERENT" if diffs else "UNKNOWN" if answer == z3.unknown else "EQUIVALENT"
-        out.append(Comparison(name, "symbolic", verdict, seconds=time.perf_counter() - start, differences=diffs))
+        out.append(
+            Comparison(name, "symbolic", verdict, seconds=time.perf_counter() - start, differences=diffs)
+        )
     return out
 
 
-def _concrete_difference(name: str, shape: Shape, real: Revision, model: Revision, reg: Any) -> dict[str, Any]:
+def _concrete_difference(
+    name: str, shape: Shape, real: Revision, model: Revision, reg: Any
+) -> dict[str, Any]:
     if name == "validity":
-        return {"shape": shape.to_json(), "real": bool(real.is_valid(shape, reg)),
-                "model": bool(model.is_valid(shape, reg))}
+        return {
+            "shape": shape.to_json(),
+            "real": bool(real.is_valid(shape, reg)),
+            "model": bool(model.is_valid(shape, reg)),
+        }
     rv = decide(real, reg, shape).route.to_json()[name]
     mv = decide(model, reg, shape).route.to_json()[name]
     return {"shape": shape.to_json(), "real": rv, "model": mv}
@@ -129,8 +167,13 @@ def _model_function(model_id: str, name: str) -> Any:
 
 
 _AXES: dict[str, Sequence[Any]] = {
-    "arch": ARCHS, "asm_padding_mode": ASM_PADDING_MODES, "num_heads": BOX_HEADS, "max_qo_len": BOX_QLEN,
-    "kv_cache_dtype": KV_CACHE_DTYPES, "dcp_world_size": DCP_WORLD_SIZES, "causal": (True, False),
+    "arch": ARCHS,
+    "asm_padding_mode": ASM_PADDING_MODES,
+    "num_heads": BOX_HEADS,
+    "max_qo_len": BOX_QLEN,
+    "kv_cache_dtype": KV_CACHE_DTYPES,
+    "dcp_world_size": DCP_WORLD_SIZES,
+    "causal": (True, False),
     "kv_cache_bytes": (2 * GIB, 2 * GIB + 1),
 }
 _PLATFORM = ("arch", "asm_padding_mode")
@@ -141,19 +184,23 @@ def _box(params: tuple[str, ...]) -> list[str]:
     return list(dict.fromkeys([*_PLATFORM, *[p for p in params if p in _AXES]]))
 
 
-def _model_values(model_fn: Any, params: tuple[str, ...], names: list[str], platform: dict[str, str],
-                  reg: Any) -> np.ndarray:
+def _model_values(
+    model_fn: Any, params: tuple[str, ...], names: list[str], platform: dict[str, str], reg: Any
+) -> np.ndarray:
     """The model's gate on every point of one platform's slice of the box, at once (numpy interpretation).
 
     Points are in ``itertools.product`` order over ``names`` after the platform, as the real calls are.
     """
-    rest = names[len(_PLATFORM):]
+    rest = names[len(_PLATFORM) :]
     index = [i.ravel() for i in np.indices([len(_AXES[n]) for n in rest])]
     columns = {}
     for name, i in zip(rest, index):
         spec = FIELD_BY_NAME[name]
-        columns[name] = (EnumTerm(spec.values, np.array([spec.values.index(v) for v in _AXES[name]])[i])
-                         if spec.kind == "enum" else np.asarray(_AXES[name])[i])
+        columns[name] = (
+            EnumTerm(spec.values, np.array([spec.values.index(v) for v in _AXES[name]])[i])
+            if spec.kind == "enum"
+            else np.asarray(_AXES[name])[i]
+        )
     args = {k: {**platform, **columns}[k] for k in params if k in names}
     if "s" in params:
         args["s"] = types.SimpleNamespace(**platform)
@@ -169,7 +216,7 @@ def _real_values(fn: Any, params: tuple[str, ...], rest: list[str], points: list
     """
     boxed = [n for n in params if n in rest]
     at = [rest.index(n) for n in boxed]
-    if boxed != list(params[:len(boxed)]):
+    if boxed != list(params[: len(boxed)]):
         return [fn(**{n: p[i] for n, i in zip(boxed, at)}) for p in points]
     if at != list(range(len(rest))):
         points = [tuple(p[i] for i in at) for p in points]
@@ -193,15 +240,21 @@ def bounded_comparison(gates: RealGates, model_id: str, max_differences: int = 3
         real_params = gates.code.params(name) if gates.code.has(name) else ()
         model_fn = _model_function(model_id, name)
         if not real_params or model_fn is None:
-            out.append(Comparison(name, "bounded", "UNSUPPORTED",
-                                  reason=f"{'the release' if not real_params else model_id} has no {name}"))
+            out.append(
+                Comparison(
+                    name,
+                    "bounded",
+                    "UNSUPPORTED",
+                    reason=f"{'the release' if not real_params else model_id} has no {name}",
+                )
+            )
             continue
         model_params = tuple(inspect.signature(model_fn).parameters)
         names = _box(real_params + model_params)
         start = time.perf_counter()
         code = gates.code
         real_fn = getattr(code.helper, name)
-        rest = names[len(_PLATFORM):]
+        rest = names[len(_PLATFORM) :]
         differing: list[tuple[int, dict[str, Any]]] = []  # (point number, record), one past the reported
         real_seconds, points_done = 0.0, 0
         for platform in itertools.product(*[_AXES[n] for n in _PLATFORM]):
@@ -216,20 +269,37 @@ def bounded_comparison(gates: RealGates, model_id: str, max_differences: int = 3
                 if len(differing) > max_differences:
                     break
                 if _differs(reals[i], models[i]):
-                    differing.append((points_done + int(i), {"inputs": dict(zip(names, platform + points[i])),
-                                                             "real": reals[i], "model": models[i].item()}))
+                    differing.append(
+                        (
+                            points_done + int(i),
+                            {
+                                "inputs": dict(zip(names, platform + points[i])),
+                                "real": reals[i],
+                                "model": models[i].item(),
+                            },
+                        )
+                    )
             points_done += len(points)
         diffs = [d for _, d in differing[:max_differences]]
         # As a point-by-point scan would report it: it stops at the first difference beyond those shown.
         compared = differing[max_differences][0] + 1 if len(differing) > max_differences else points_done
-        out.append(Comparison(name, "bounded", "DIFFERENT" if diffs else "EQUIVALENT", checked=compared,
-                              seconds=time.perf_counter() - start, differences=diffs,
-                              real_calls_per_second=points_done / real_seconds if real_seconds else 0.0))
+        out.append(
+            Comparison(
+                name,
+                "bounded",
+                "DIFFERENT" if diffs else "EQUIVALENT",
+                checked=compared,
+                seconds=time.perf_counter() - start,
+                differences=diffs,
+                real_calls_per_second=points_done / real_seconds if real_seconds else 0.0,
+            )
+        )
     return out
 
 
-def executed_comparison(spec: str, model_id: str, count: int = 2000, seed: int = 0,
-                        registry_id: str = "aiter-0.1.20") -> Any:
+def executed_comparison(
+    spec: str, model_id: str, count: int = 2000, seed: int = 0, registry_id: str = "aiter-0.1.20"
+) -> Any:
     """The executed differential: the release's real decode path run on the model revision's solver-found
     cases and ``count`` seeded random valid shapes, every routing fact compared (spec.realcode.executed)."""
     from spec.analyses.cases import generate
