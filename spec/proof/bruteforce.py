@@ -204,7 +204,10 @@ def _evaluate(
     d = decide(revision, registry, view)
     n = len(score)
     for inv in invariants:
-        rows = np.flatnonzero(~np.broadcast_to(np.asarray(inv.holds(d), dtype=bool), (n,)))
+        holds = inv.holds(d)
+        if np.ndim(holds) == 0 and holds:  # settled: it holds on every row of the chunk
+            continue
+        rows = np.flatnonzero(~np.broadcast_to(np.asarray(holds, dtype=bool), (n,)))
         if not rows.size:
             continue
         found = result.classes[inv.id]
