@@ -204,7 +204,8 @@ ASM_FAILURES: tuple[Failure, ...] = (
     ),
 )
 
-FAILURES: tuple[Failure, ...] = (VLLM_RAISES, GLUON_UNBUILT, *GLUON_ASSERTS, HEAD_PADDING, *ASM_FAILURES)
+GLUON_FAILURES: tuple[Failure, ...] = (GLUON_UNBUILT, *GLUON_ASSERTS)  # what stops a step on a Gluon path
+FAILURES: tuple[Failure, ...] = (VLLM_RAISES, *GLUON_FAILURES, HEAD_PADDING, *ASM_FAILURES)
 FAILURE_BY_KIND = {f.kind: f for f in FAILURES}
 KINDS: tuple[str, ...] = (NONE, *FAILURE_BY_KIND)
 # conform reads a refusal as NO_KERNEL: AITER turns the request down.  vLLM raising (or its loader failing, or
@@ -217,7 +218,7 @@ def _conditions(d: Decision) -> list[tuple[Failure, Any, Term]]:
     gluon, asm = d.gluon_call, d.asm_call
     return [
         (VLLM_RAISES, d, VLLM_RAISES.fails(d)),
-        *[(f, gluon, all_of(d.on_gluon, f.fails(gluon))) for f in (GLUON_UNBUILT, *GLUON_ASSERTS)],
+        *[(f, gluon, all_of(d.on_gluon, f.fails(gluon))) for f in GLUON_FAILURES],
         (HEAD_PADDING, d, all_of(d.on_asm, HEAD_PADDING.fails(d))),
         *[(f, asm, all_of(d.on_asm, f.fails(asm))) for f in ASM_FAILURES],
     ]
@@ -234,5 +235,5 @@ def first_failure(d: Decision) -> tuple[Failure, str] | None:
 
 
 def first_of(failures: tuple[Failure, ...], call: Any) -> tuple[Failure, str] | None:
-    """The first of one entry point's failures for a concrete call (GLUON_ASSERTS or ASM_FAILURES)."""
+    """The first of a list of failures (GLUON_FAILURES, GLUON_ASSERTS, ASM_FAILURES) for a concrete call."""
     return next(((f, f.message(call)) for f in failures if f.fails(call)), None)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from mla_model.decision import Decision
 from mla_model.derived import is_quantized_kv_cache
-from mla_model.failures import ASM_FAILURES, GLUON_ASSERTS, first_failure, first_of
+from mla_model.failures import ASM_FAILURES, GLUON_FAILURES, first_failure, first_of
 from mla_model.logic import Term, all_of, iff, implies, is_in, not_
 from mla_model.registry import Registry
 from mla_model.route import ASM_PATHS
@@ -116,7 +116,7 @@ def _fp8_on_gluon(d: Decision, reg: Registry) -> str:
 
 
 def _gluon_selected(d: Decision, reg: Registry) -> str:
-    return f"{d.route.path} selected: " + _failure_at(GLUON_ASSERTS, d.gluon_call)
+    return f"{d.route.path} selected: " + _failure_at(GLUON_FAILURES, d.gluon_call)
 
 
 def _asm_refused(d: Decision, reg: Registry) -> str:
@@ -150,7 +150,7 @@ def _builder_impl(d: Decision, reg: Registry) -> str:
 
 
 def _gluon_batch(d: Decision, reg: Registry) -> str:
-    return _failure_at(GLUON_ASSERTS, d.gluon_call)
+    return _failure_at(GLUON_FAILURES, d.gluon_call)
 
 
 def _both_gluon(d: Decision, reg: Registry) -> str:
