@@ -98,7 +98,8 @@ def main() -> None:
     )
     for rid, rate in numpy_throughput().items():
         print(
-            f"numpy interpretation, {rid}: {rate / 1e6:.2f} M shapes/s (route + lookup + 10 invariants + validity)"
+            f"numpy interpretation, {rid}: {rate / 1e6:.2f} M shapes/s "
+            "(route + lookup + 10 invariants + validity)"
         )
     if args.sweep:
         from spec.proof.bruteforce import sweep

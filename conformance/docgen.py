@@ -1,4 +1,5 @@
-"""The generated parts of docs/: ``python -m conformance.docgen`` writes them, ``--check`` says which are stale.
+"""The generated parts of docs/: ``python -m conformance.docgen`` writes them,
+``--check`` says which are stale.
 
 * docs/reference/invariants.md, from the catalogue (:data:`spec.proof.invariants.INVARIANTS`);
 * docs/reference/registries.md, from the bundled AITER registries;
@@ -52,7 +53,8 @@ def invariants_page() -> str:
         "|---|---|---|---|---|\n",
     ]
     out += [
-        f"| [`{i.id}`](#{slug(_heading(i))}) | {'yes' if i.pr_51011 else ''} | {', '.join(i.view)} | `{i.anchor}` | "
+        f"| [`{i.id}`](#{slug(_heading(i))}) | {'yes' if i.pr_51011 else ''} | {', '.join(i.view)} "
+        f"| `{i.anchor}` | "
         f"{'yes' if i.makes_cases else 'no (its classes are the others)'} |\n"
         for i in INVARIANTS
     ]
@@ -139,7 +141,8 @@ def cli_page() -> str:
         cmd = command(name)
         sub = click.Context(cmd, info_name=name, parent=ctx)
         out.append(
-            f"\n## mla-spec {name}\n\n```text\nmla-spec {name} {' '.join(cmd.collect_usage_pieces(sub))}\n```\n\n"
+            f"\n## mla-spec {name}\n\n"
+            f"```text\nmla-spec {name} {' '.join(cmd.collect_usage_pieces(sub))}\n```\n\n"
         )
         out.append(f"{_plain(cmd.help)}\n\n| option | meaning |\n|---|---|\n")
         for param in cmd.get_params(sub):
@@ -197,7 +200,10 @@ def stale() -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m conformance.docgen", description=__doc__.splitlines()[0])
+    # the first paragraph (argparse re-wraps it)
+    parser = argparse.ArgumentParser(
+        prog="python -m conformance.docgen", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--check", action="store_true", help="only list the stale pages; exit 1 if any")
     args = parser.parse_args(argv)
     if args.check:

@@ -58,7 +58,7 @@ def _real(release: str) -> Revision:
 
 
 def real_scope_rejects(case: Case, release: str) -> list[str]:
-    """The real-code harness's scope rules the case breaks (e.g. DCP shapes on 0.29+): not comparable there."""
+    """Real-code harness scope rules the case breaks (e.g. DCP shapes on 0.29+): not comparable there."""
     revision, registry = _real(release), load_registry(case.registry)
     return [name for name, ok in revision.validity(case.shape, registry) if not ok]
 

@@ -1,4 +1,4 @@
-"""pytest plugin: replay conformance cases on a backend (registered as the ``pytest11`` entry point ``mla_spec``).
+"""pytest plugin: replay conformance cases on a backend (the ``pytest11`` entry point ``mla_spec``).
 
     pytest --mla-backend aiter-triton --mla-cases cases.jsonl --mla-results results.jsonl [-n GPUS]
 

@@ -91,7 +91,7 @@ def shim_modules(release: str) -> dict[str, types.ModuleType]:
             "vllm.v1.attention.backends.mla",
         )
     }
-    for name, pkg in packages.items():
+    for pkg in packages.values():
         pkg.__path__ = []  # a package, so "from vllm.v1... import rocm_aiter_mla" resolves the submodule
     platforms = types.ModuleType("vllm.platforms")
     platforms.current_platform = platform

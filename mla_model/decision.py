@@ -7,7 +7,7 @@ from typing import Any
 
 from mla_model.derived import kernel_kv_dtype
 from mla_model.failures import AsmCall, GluonCall
-from mla_model.logic import is_in
+from mla_model.logic import Term, is_in
 from mla_model.registry import AsmLookup, GluonCheck, Registry, asm_lookup, gluon_check
 from mla_model.revisions.base import Revision
 from mla_model.route import ASM_PATHS, GLUON_PATHS, Route
@@ -23,11 +23,11 @@ class Decision:
     gluon: GluonCheck
 
     @property
-    def on_gluon(self) -> Any:
+    def on_gluon(self) -> Term:
         return is_in(self.route.path, GLUON_PATHS)
 
     @property
-    def on_asm(self) -> Any:
+    def on_asm(self) -> Term:
         return is_in(self.route.path, ASM_PATHS)
 
     @property

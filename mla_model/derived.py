@@ -9,7 +9,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from mla_model.logic import all_of, choose, eq, if_then_else, iff, implies, is_in, maximum, ne, not_, product
+from mla_model.logic import (
+    Term,
+    all_of,
+    choose,
+    eq,
+    if_then_else,
+    iff,
+    implies,
+    is_in,
+    maximum,
+    ne,
+    not_,
+    product,
+)
 from mla_model.shape import DCP_WORLD_SIZES, FP8_KV_CACHE_DTYPES
 
 # MLA checkpoints carry at most 128 query heads (DeepSeek-V3/R1 128, Kimi-K3 96,
@@ -26,20 +39,20 @@ PARALLEL_DRAFTING_METHODS = ("dflash", "dspark")
 KERNEL_KV_DTYPES = ("bf16", "fp16", "fp8")
 
 
-def is_quantized_kv_cache(kv_cache_dtype: Any) -> Any:
+def is_quantized_kv_cache(kv_cache_dtype: Term) -> Term:
     """vLLM ``is_quantized_kv_cache``: exactly the fp8 spellings for this backend."""
     return is_in(kv_cache_dtype, FP8_KV_CACHE_DTYPES)
 
 
-def spec_configured(s: Any) -> Any:
+def spec_configured(s: Any) -> Term:
     return ne(s.spec_method, "none")
 
 
-def parallel_drafting(s: Any) -> Any:
+def parallel_drafting(s: Any) -> Term:
     return is_in(s.spec_method, PARALLEL_DRAFTING_METHODS)
 
 
-def reorder_batch_threshold(s: Any, supports_dcp_with_varlen: Any = False) -> Any:
+def reorder_batch_threshold(s: Any, supports_dcp_with_varlen: Term = False) -> Term:
     """``_init_reorder_batch_threshold`` (vllm/v1/attention/backend.py, sources §6).
 
     ``max(1, 1 + (2 if parallel_drafting else 1) * k)`` when a drafter is
@@ -52,7 +65,7 @@ def reorder_batch_threshold(s: Any, supports_dcp_with_varlen: Any = False) -> An
     return if_then_else(all_of(s.dcp_world_size > 1, not_(supports_dcp_with_varlen)), 1, rbt)
 
 
-def reorder_batch_threshold_031(s: Any, supports_dcp_with_varlen: Any = False) -> Any:
+def reorder_batch_threshold_031(s: Any, supports_dcp_with_varlen: Term = False) -> Term:
     """``_init_reorder_batch_threshold`` of vLLM 0.31.0-0.33.0 with the V2 model runner.
 
     The threshold is ``max_decode_query_len`` (0.31.0 vllm/v1/attention/backend.py
@@ -68,7 +81,7 @@ def reorder_batch_threshold_031(s: Any, supports_dcp_with_varlen: Any = False) -
     return if_then_else(all_of(s.dcp_world_size > 1, not_(supports_dcp_with_varlen)), 1, rbt)
 
 
-def reorder_batch_threshold_034(s: Any, supports_dcp_with_varlen: Any = False) -> Any:
+def reorder_batch_threshold_034(s: Any, supports_dcp_with_varlen: Term = False) -> Term:
     """``_init_reorder_batch_threshold`` of vLLM 0.34.0 (vllm/v1/attention/backend.py L652-683).
 
     The spec-as-decode threshold is ``max_decode_query_len`` (L565-583):
@@ -86,12 +99,12 @@ def reorder_batch_threshold_034(s: Any, supports_dcp_with_varlen: Any = False) -
     return if_then_else(all_of(s.dcp_world_size > 1, not_(supports_dcp_with_varlen)), 1, rbt)
 
 
-def dcp_decode_heads(s: Any) -> Any:
+def dcp_decode_heads(s: Any) -> Term:
     """``_decode_num_heads`` of vLLM >= 0.29: heads per rank times the DCP size."""
     return product(s.dcp_world_size, s.num_heads, a_hint=DCP_WORLD_SIZES)
 
 
-def kernel_kv_dtype(s: Any) -> Any:
+def kernel_kv_dtype(s: Any) -> Term:
     """The KV dtype AITER sees: fp8 for every fp8 spelling, fp16 for float16, else bf16."""
     return choose(
         KERNEL_KV_DTYPES,
@@ -100,7 +113,7 @@ def kernel_kv_dtype(s: Any) -> Any:
     )
 
 
-def engine_rules(reorder_batch_threshold: Callable[[Any], Any]) -> list[tuple[str, Callable[[Any], Any]]]:
+def engine_rules(reorder_batch_threshold: Callable[[Any], Term]) -> list[tuple[str, Callable[[Any], Term]]]:
     """The rules the engine enforces before the backend sees a shape, as ``(name, shape -> term)``."""
     return [
         (

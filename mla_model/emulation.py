@@ -48,8 +48,8 @@ FAULTS = {
     "fp8-read-as-bf16": "the fp8 cache's bytes are read by a kernel that only reads bf16 (the pre-#51011 "
     "fp8-to-Gluon route): every 1152-byte bf16 row spans two fp8 rows, and rows past the "
     "cache's end read poisoned memory",
-    "repeat-pad-non-divisor": "a non-divisor head count is padded by repeat_interleave(16 // h) and unpadded by "
-    "the stride slice (vLLM 0.27's get_mla_padded_q/unpadded_o): too few query heads "
+    "repeat-pad-non-divisor": "a non-divisor head count is padded by repeat_interleave(16 // h) and "
+    "unpadded by the stride slice (vLLM 0.27's get_mla_padded_q/unpadded_o): too few query heads "
     "reach the kernel and the wrong heads come back",
     "metadata-short-qlen": "the persistent work metadata is sized for qlen - 1 (the pre-#51011 drafter "
     "whitelist): the kernel leaves the last query row of every request unwritten",
@@ -165,9 +165,10 @@ def asm_num_kv_splits(
 
 
 def gluon_num_kv_splits(batch: int, qlen: int, nhead: int) -> int:
-    """mla_gluon's bh16 launch budget (v0.1.20 L959-960; sources §43): ``max(1, 256 // (batch * qlen * head_blocks))``.
+    """mla_gluon's bh16 launch budget (v0.1.20 L959-960; sources §43).
 
-    The verify flatten (batch ``R*Q``, qlen 1) and native MTP (batch ``R``, qlen ``Q``) get the same count.
+    ``max(1, 256 // (batch * qlen * head_blocks))``: the verify flatten (batch ``R*Q``, qlen 1) and
+    native MTP (batch ``R``, qlen ``Q``) get the same count.
     """
     return max(1, _GLUON_WG_BUDGET // (batch * qlen * -(-nhead // _GLUON_BLOCK_H)))
 
@@ -176,7 +177,8 @@ def gluon_num_kv_splits(batch: int, qlen: int, nhead: int) -> int:
 
 
 def lse_reduce(partial_o: torch.Tensor, partial_lse: torch.Tensor) -> torch.Tensor:
-    """Merge per-split outputs ``[n, ..., 512]`` by their log-sum-exp ``[n, ...]``; empty splits (-inf) weigh 0."""
+    """Merge per-split outputs ``[n, ..., 512]`` by their log-sum-exp ``[n, ...]``; an empty split (-inf)
+    weighs 0."""
     top = partial_lse.max(dim=0).values
     weight = torch.exp(partial_lse - top)
     return (weight[..., None] * partial_o).sum(dim=0) / weight.sum(dim=0)[..., None]
@@ -241,8 +243,8 @@ def fault_touches(fault: str, decision: Decision) -> bool:
 
 
 def fp8_bytes_as_bf16(kv: PagedKV) -> PagedKV:
-    """The fp8 cache as a bf16-only kernel reads it: its bytes viewed as bf16 with the bf16 row stride, the half
-    past the end of the buffer poisoned; no scale."""
+    """The fp8 cache as a bf16-only kernel reads it: its bytes viewed as bf16 with the bf16 row stride,
+    the half past the end of the buffer poisoned; no scale."""
     raw = kv.cache.contiguous().view(torch.uint8).reshape(-1).view(torch.bfloat16)
     past_end = torch.full_like(raw, float("nan"))
     return PagedKV(torch.cat([raw, past_end]).view(kv.cache.shape), kv.block_table, kv.seq_lens, 1.0)

@@ -39,12 +39,12 @@ class GluonCall:
     """What ``mla_gluon`` is handed, and what it makes of it."""
 
     check: GluonCheck
-    arch: Any
-    q_dtype: Any
-    kv_dtype: Any
-    heads: Any
-    num_reqs: Any
-    qlen: Any
+    arch: Term
+    q_dtype: Term
+    kv_dtype: Term
+    heads: Term
+    num_reqs: Term
+    qlen: Term
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class AsmCall:
 
     request: KernelRequest
     lookup: AsmLookup
-    arch: Any
+    arch: Term
 
     def key(self) -> str:
         """AITER's lookup key for the request, as asm_mla.cu prints it."""

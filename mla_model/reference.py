@@ -53,8 +53,8 @@ class PagedKV:
         return self.cache.shape[1]
 
     def slots(self) -> torch.Tensor:
-        """``[R, blocks * page_size]`` flat token slot (``block * page_size + offset``) of each request position
-        (positions past a request's ``seq_len`` point at its padding pages; readers mask them)."""
+        """``[R, blocks * page_size]`` flat token slot (``block * page_size + offset``) of each request
+        position (positions past a request's ``seq_len`` point at its padding pages; readers mask them)."""
         pos = torch.arange(self.block_table.shape[1] * self.page_size, device=self.cache.device)
         blocks = self.block_table.long()[:, pos // self.page_size]
         return blocks * self.page_size + pos % self.page_size

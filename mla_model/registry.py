@@ -138,24 +138,24 @@ def parse_registry(data: dict[str, Any]) -> Registry:
 class AsmLookup:
     """How AITER resolves an ASM request (sources §31-§37)."""
 
-    persistent: Any  # after AITER's own batch gate
-    block_n_lookup: Any  # AITER indexes get_block_n_fp8[m * Q'] (non-persistent fp8)
-    block_n_key_ok: Any  # ... and the key exists
-    fold_error: Any  # persistent head fold: assert "nhead=... not supported"
-    check_error: Any  # an AITER_CHECK in asm_mla.cu's normalisation
-    gqa: Any  # gqa' looked up in the table
-    qseqlen: Any  # qseqlen' looked up in the table
-    ps: Any  # ps' looked up in the table
-    causal: Any  # causal' looked up in the table
-    row_found: Any  # some row of the arch's table has that key
+    persistent: Term  # after AITER's own batch gate
+    block_n_lookup: Term  # AITER indexes get_block_n_fp8[m * Q'] (non-persistent fp8)
+    block_n_key_ok: Term  # ... and the key exists
+    fold_error: Term  # persistent head fold: assert "nhead=... not supported"
+    check_error: Term  # an AITER_CHECK in asm_mla.cu's normalisation
+    gqa: Term  # gqa' looked up in the table
+    qseqlen: Term  # qseqlen' looked up in the table
+    ps: Term  # ps' looked up in the table
+    causal: Term  # causal' looked up in the table
+    row_found: Term  # some row of the arch's table has that key
 
     @property
-    def kernel_ok(self) -> Any:
+    def kernel_ok(self) -> Term:
         """The request reaches a kernel: no assert, no AITER_CHECK, a row exists."""
         return all_of(not_(self.fold_error), not_(self.check_error), self.row_found)
 
 
-def _native(reg: Registry, arch: Any, q: Any, kv: Any, m: Any, qlen: Any) -> Any:
+def _native(reg: Registry, arch: Term, q: Term, kv: Term, m: Term, qlen: Term) -> Term:
     clauses = []
     for rule in reg.native:
         terms = [is_in(m, rule.heads)] if rule.heads else []  # no heads listed: any head count
@@ -173,7 +173,7 @@ def _native(reg: Registry, arch: Any, q: Any, kv: Any, m: Any, qlen: Any) -> Any
     return any_of(*clauses)
 
 
-def asm_lookup(reg: Registry, arch: Any, req: KernelRequest, num_reqs: Any) -> AsmLookup:
+def asm_lookup(reg: Registry, arch: Term, req: KernelRequest, num_reqs: Term) -> AsmLookup:
     """Follow ``aiter.mla.mla_decode_fwd`` and ``asm_mla.cu`` for one request."""
     q, kv, m, Q = req.q_dtype, req.kv_dtype, req.padded_heads, req.kernel_qlen
     gfx950 = eq(arch, "gfx950")
@@ -277,7 +277,7 @@ def asm_lookup(reg: Registry, arch: Any, req: KernelRequest, num_reqs: Any) -> A
 
 
 def _reachable_rows(reg: Registry) -> list[KernelRow]:
-    """Kernel-table rows vLLM can ask for: no LSE buffer, no CPRR, dtypes a request can carry (not byte KV)."""
+    """Kernel-table rows vLLM can ask for: no LSE buffer, no CPRR, dtypes a request carries (not byte KV)."""
     return [
         r
         for r in reg.kernels
@@ -290,7 +290,7 @@ def kernel_names(reg: Registry) -> tuple[str, ...]:
     return (*dict.fromkeys(r.name for r in _reachable_rows(reg)), NO_KERNEL)
 
 
-def resolved_kernel(reg: Registry, arch: Any, req: KernelRequest, lookup: AsmLookup) -> Term:
+def resolved_kernel(reg: Registry, arch: Term, req: KernelRequest, lookup: AsmLookup) -> Term:
     """The code object a request resolves to: the first reachable row the lookup matches, else NO_KERNEL.
 
     Written once, in the logic vocabulary: explain, the cases, the graph, the diff (numpy and z3) and the
@@ -321,20 +321,20 @@ def resolved_kernel(reg: Registry, arch: Any, req: KernelRequest, lookup: AsmLoo
 class GluonCheck:
     """What ``mla_gluon`` accepts (sources §41-§42)."""
 
-    built: Any  # the wrapper imports and compiles (shape.gluon_build)
-    arch_ok: Any  # asserts gfx950
-    heads_ok: Any  # asserts nhead <= bound
-    dtype_ok: Any  # bf16 KV (bh16bn64) or fp8 e4m3fn KV (bh16bn128) with a bf16 query
-    batch_ok: Any  # bh16bn128 asserts batch_size == 1 before aiter #4480
-    serves_fp8: Any  # fp8 KV is read correctly at this batch (dtype and batch both ok)
+    built: Term  # the wrapper imports and compiles (shape.gluon_build)
+    arch_ok: Term  # asserts gfx950
+    heads_ok: Term  # asserts nhead <= bound
+    dtype_ok: Term  # bf16 KV (bh16bn64) or fp8 e4m3fn KV (bh16bn128) with a bf16 query
+    batch_ok: Term  # bh16bn128 asserts batch_size == 1 before aiter #4480
+    serves_fp8: Term  # fp8 KV is read correctly at this batch (dtype and batch both ok)
 
     @property
-    def runs(self) -> Any:
+    def runs(self) -> Term:
         return all_of(self.built, self.arch_ok, self.heads_ok, self.dtype_ok, self.batch_ok)
 
 
 def gluon_check(
-    reg: Registry, arch: Any, gluon_build: Any, q: Any, kv: Any, heads: Any, batch_is_one: Any
+    reg: Registry, arch: Term, gluon_build: Term, q: Term, kv: Term, heads: Term, batch_is_one: Term
 ) -> GluonCheck:
     fp8_kv = eq(kv, "fp8")
     dtype_ok = all_of(eq(q, "bf16"), is_in(kv, ("bf16", "fp8")))

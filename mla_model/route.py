@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from mla_model.logic import EnumTerm
+from mla_model.logic import EnumTerm, Term
 
 # Where forward_mqa sends the step, in vLLM's own order of tests.
 PATHS = (
@@ -32,32 +32,32 @@ HEAD_PADDINGS = ("none", "repeat_interleave", "tile")
 class KernelRequest:
     """What vLLM hands ``aiter.mla.mla_decode_fwd`` on an ASM path."""
 
-    q_dtype: Any  # "bf16" | "fp8"
-    kv_dtype: Any  # "bf16" | "fp16" | "fp8"
-    padded_heads: Any  # m: the head count the kernel is launched with
-    kernel_qlen: Any  # Q': max_seqlen_q passed to AITER
-    persistent: Any  # vLLM passes work metadata (use_persistent_metadata)
-    causal: Any  # the causal flag AITER sees (True where vLLM does not pass one)
+    q_dtype: Term  # "bf16" | "fp8"
+    kv_dtype: Term  # "bf16" | "fp16" | "fp8"
+    padded_heads: Term  # m: the head count the kernel is launched with
+    kernel_qlen: Term  # Q': max_seqlen_q passed to AITER
+    persistent: Term  # vLLM passes work metadata (use_persistent_metadata)
+    causal: Term  # the causal flag AITER sees (True where vLLM does not pass one)
 
 
 @dataclass(frozen=True)
 class Route:
     """The routing decision of one gate revision for one decode step."""
 
-    path: Any  # one of PATHS
-    use_gluon_decode: Any
-    use_gluon_verify: Any
-    use_persistent_metadata: Any  # the builder's persistent-metadata gate
-    wants_persistent_metadata: Any  # that gate without its 1 <= qlen <= _mtp_decode_qlen clause
-    mtp_decode_qlen: Any  # _mtp_decode_qlen: the qlen the persistent buffers are sized for
-    decode_heads: Any  # the head count the predicates are called with
-    head_padding: Any  # one of HEAD_PADDINGS
-    padded_q_heads: Any  # heads after get_mla_padded_q (equals padded_heads when correct)
+    path: Term  # one of PATHS
+    use_gluon_decode: Term
+    use_gluon_verify: Term
+    use_persistent_metadata: Term  # the builder's persistent-metadata gate
+    wants_persistent_metadata: Term  # that gate without its 1 <= qlen <= _mtp_decode_qlen clause
+    mtp_decode_qlen: Term  # _mtp_decode_qlen: the qlen the persistent buffers are sized for
+    decode_heads: Term  # the head count the predicates are called with
+    head_padding: Term  # one of HEAD_PADDINGS
+    padded_q_heads: Term  # heads after get_mla_padded_q (equals padded_heads when correct)
     request: KernelRequest
-    gluon_batch_is_one: Any  # the Gluon kernel sees batch size 1 (the verify flatten makes R*Q rows)
+    gluon_batch_is_one: Term  # the Gluon kernel sees batch size 1 (the verify flatten makes R*Q rows)
     kv_scale_passed: bool  # the cache's KV scale reaches a Gluon kernel (False: hard-coded 1.0)
-    vllm_raises: Any  # vLLM itself raises before any kernel runs
-    builder_use_gluon_verify: Any = None  # None where the builder never evaluates verify
+    vllm_raises: Term  # vLLM itself raises before any kernel runs
+    builder_use_gluon_verify: Term = None  # None where the builder never evaluates verify
 
     def to_json(self) -> dict[str, Any]:
         """The route of one concrete Shape as JSON-ready plain values."""

@@ -44,7 +44,8 @@ def _stand_in(
     config=None,
     **_,
 ):
-    """decode_attention_fwd_grouped_rope's contract in torch: row b attends kv_indices[indptr[b]:indptr[b+1]]."""
+    """decode_attention_fwd_grouped_rope's contract in torch: row b attends
+    kv_indices[indptr[b]:indptr[b+1]]."""
     kv = k_buffer.view(-1, k_buffer.shape[-1]).float()
     for b in range(q.shape[0]):
         rows = kv[kv_indices[kv_indptr[b] : kv_indptr[b + 1]].long()]

@@ -1,4 +1,4 @@
-"""The replay runner as a user drives it: the pytest plugin, ``mla-spec conform``, resume, bad input, no z3."""
+"""The replay runner as a user drives it: pytest plugin, ``mla-spec conform``, resume, bad input, no z3."""
 
 from __future__ import annotations
 

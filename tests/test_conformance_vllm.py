@@ -145,7 +145,7 @@ def test_vllm_is_a_backend_and_its_switch_is_its_own(tmp_path):
 
 
 def _run(cases, release: str, monkeypatch) -> tuple[list[dict], int]:
-    """Every case through the backend (as the plugin drives it) and the number of harness processes started."""
+    """Every case through the backend (as the plugin drives it), and how many harness processes started."""
     from spec.realcode.executed import harness
 
     started = []

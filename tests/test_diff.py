@@ -104,7 +104,8 @@ def _keys(revision, reg, view, n: int, arch: str, kernels: dict) -> tuple[np.nda
         rest, digit = np.divmod(rest, radix)
         digits.append(digit)
     q, kv, m, qlen, ps, causal, reqs = reversed(digits)
-    # AITER's lookup in numpy over the distinct requests, then resolved_kernel in plain Python per distinct key.
+    # AITER's lookup in numpy over the distinct requests, then resolved_kernel in plain Python per distinct
+    # key.
     request = KernelRequest(
         EnumTerm(Q_DTYPES, q), EnumTerm(KERNEL_KV_DTYPES, kv), m, qlen, ps.astype(bool), causal.astype(bool)
     )
@@ -165,7 +166,8 @@ def brute_force(old, new, reg, regions):
     factor = int(np.prod([len(f.box) for f in FIELDS if f.name not in read]))
     rules = old.rules(reg) + new.rules(reg)
     defaults = {k: v for k, v in Shape().to_json().items() if k not in read}
-    # Fields other than the few enum-like scalars as columns, laid out one by one, pruned as soon as a rule can tell.
+    # Fields other than the few enum-like scalars as columns, laid out one by one, pruned as soon as a rule
+    # can tell.
     cols: dict[str, np.ndarray] = {}
     n = 1
     for name in (f for f in fields if f not in _SCALARS):
@@ -344,7 +346,7 @@ def test_bad_input_is_one_line_and_exit_2(args, needle):
 
 @pytest.mark.network
 def test_release_diff_0_27_1_to_0_28_0_is_the_model_diff_region_for_region():
-    """The real gates of both releases (lifted from the code) give the regions the brute force checked above."""
+    """The real gates of both releases (lifted from the code) give the regions brute force checked above."""
     runner = CliRunner()
     real = runner.invoke(diff_command, ["vllm==0.27.1", "vllm==0.28.0", "--format", "json"])
     model = runner.invoke(diff_command, ["vllm-0.27", "vllm-0.28", "--format", "json"])

@@ -62,7 +62,8 @@ def test_matches_a_plain_loop_over_requests_and_rows(page, causal):
 
 
 def test_a_verify_row_does_not_see_tokens_past_its_window():
-    """Row t of a Q-token block sees seq_len - (Q - 1) + t tokens: the last KV token moves only the last row."""
+    """Row t of a Q-token block sees seq_len - (Q - 1) + t tokens: the last KV token moves only the last
+    row."""
     g = torch.Generator().manual_seed(1)
     kv = torch.randn(10, HEAD_DIM, generator=g)
     q = torch.randn(4, 2, HEAD_DIM, generator=g)

@@ -145,7 +145,9 @@ def test_kernel_output_never_computed():
     kv = torch.zeros(8, 1, 1, 576, dtype=torch.bfloat16)
     o = torch.zeros(2, 16, 512, dtype=torch.bfloat16)
     ind = torch.tensor([0, 1, 2], dtype=torch.int32)
-    mla_decode_fwd(q, kv, o, ind, ind, torch.tensor([0, 1], dtype=torch.int32), torch.ones(2, dtype=torch.int32), 1)
+    mla_decode_fwd(
+        q, kv, o, ind, ind, torch.tensor([0, 1], dtype=torch.int32), torch.ones(2, dtype=torch.int32), 1
+    )
     assert True  # passes, but only because nothing computed the output
 """
 

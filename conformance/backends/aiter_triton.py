@@ -56,7 +56,7 @@ TIMED_RUNS = 3
 
 @lru_cache(maxsize=1)
 def load_kernel() -> Callable[..., Any]:
-    """``decode_attention_fwd_grouped_rope`` from the installed amd-aiter, without running aiter's __init__."""
+    """``decode_attention_fwd_grouped_rope`` from the installed amd-aiter, not running aiter's __init__."""
     if "aiter" not in sys.modules:
         spec = importlib.util.find_spec("aiter")
         if spec is None or not spec.submodule_search_locations:

@@ -32,8 +32,9 @@ class VllmAiterBackend:
             if importlib.util.find_spec(package) is None:
                 return f"{hint} is not installed"
         return (
-            "the AiterMLAImpl.forward_mqa harness (VllmConfig for an MLA model + AiterMLAMetadataBuilder.build) "
-            "is not built yet: no ROCm machine was available to check it against"
+            "the AiterMLAImpl.forward_mqa harness (VllmConfig for an MLA model + "
+            "AiterMLAMetadataBuilder.build) is not built yet: "
+            "no ROCm machine was available to check it against"
         )
 
     def run(self, case: Any, decision: Any, registry: Any, inputs: Any, watch: Any, fault: str | None) -> Any:

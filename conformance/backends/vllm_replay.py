@@ -100,7 +100,7 @@ def _attend_rows(
     indices: torch.Tensor,
     sm_scale: float,
 ) -> torch.Tensor:
-    """Row ``i`` of ``q [n, H, 576]`` over KV rows ``indices[indptr[i]:indptr[i+1]]`` (``-1``: out of bounds)."""
+    """Row ``i`` of ``q [n, H, 576]`` over KV rows ``indices[indptr[i]:indptr[i+1]]`` (-1: out of bounds)."""
     n = q.shape[0]
     lens = (indptr[1:] - indptr[:-1]).long()
     width = max(int(lens.max()) if n else 0, 1)
@@ -329,7 +329,7 @@ def _gluon(call: dict[str, Any], t: dict[str, Any], st: Any, info: dict[str, Any
 
 def _triton_verify(call: dict[str, Any], t: dict[str, Any], st: Any, info: dict[str, Any]) -> None:
     """vLLM 0.34.0's ``decode_attention_fwd_verify`` (triton_decode_attention.py L1338): causal verify of
-    ``qlen`` rows per request over a paged block table, the cache scaled by ``k_scale`` (scores and values)."""
+    ``qlen`` rows per request over a paged block table, the cache scaled by ``k_scale`` (scores, values)."""
     q, o, kv = t["q"], t["o"], t["kv"]
     qlen, page = int(call["max_seqlen_q"]), int(call["page_size"])
     kvf = read_as_kernel(kv, st.arch, info, "kv").reshape(-1, kv.shape[-1])
@@ -368,7 +368,7 @@ def _triton_verify(call: dict[str, Any], t: dict[str, Any], st: Any, info: dict[
 
 
 def kernel(entry: str, call: dict[str, Any]) -> None:
-    """Fill the recorded call's output ``o`` as the routed kernel would (the recorder has admitted the call)."""
+    """Fill the recorded call's output ``o`` as the routed kernel would (the recorder admitted the call)."""
     started = time.perf_counter()
     info: dict[str, Any] = {}
     call["replay"] = info

@@ -17,8 +17,8 @@ import click
 
 from conformance.cli.errors import OneLineErrors
 
-# Command name -> the module that holds it (each module's command is ``<name>_command``).  Loaded on first use,
-# so ``python -m conformance.cli.conform`` starts on a GPU machine without z3, and --help starts fast.
+# Command name -> the module that holds it (each module's command is ``<name>_command``).  Loaded on first
+# use, so ``python -m conformance.cli.conform`` starts on a GPU machine without z3, and --help starts fast.
 COMMANDS = {
     name: f"conformance.cli.{name.replace('-', '_')}"
     for name in (

@@ -201,7 +201,8 @@ def _print_summary(summary: dict[str, Any], backend: str, console: Console) -> N
 def conform_command(
     backend, cases_path, out, device, fault, kv_len, full_context, workers, vllm, fmt
 ) -> None:
-    """Replay cases on a backend against the float32 reference: PASS, MISMATCH, NAN, CRASH, NO_KERNEL, SKIP."""
+    """Replay cases on a backend against the float32 reference: PASS, MISMATCH, NAN, CRASH, NO_KERNEL,
+    SKIP."""
     if backend not in BACKENDS:
         raise BadInput(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
     if fault is not None:

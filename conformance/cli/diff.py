@@ -1,4 +1,7 @@
-"""``mla-spec diff OLD NEW``: where the routing changes between two gate revisions (:mod:`spec.analyses.diff`)."""
+"""``mla-spec diff OLD NEW``: where the routing changes between two gate revisions.
+
+See :mod:`spec.analyses.diff`.
+"""
 
 from __future__ import annotations
 

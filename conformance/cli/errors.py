@@ -22,7 +22,7 @@ class BadInput(click.ClickException):
 
 
 class OneLineErrors(click.Group):
-    """Every usage error becomes one line on stderr and exit status 2; so does output that cannot be written."""
+    """Every usage error becomes one line on stderr and exit status 2; so does unwritable output."""
 
     def main(self, args: Any = None, prog_name: str | None = None, **kwargs: Any) -> Any:
         try:

@@ -71,7 +71,8 @@ def outline(g: nx.DiGraph) -> str:
 )
 @format_option("json")
 def graph_command(revision, registry, out, fmt) -> None:
-    """The routing as a DAG: forward_mqa's decisions -> paths -> kernels, each marked reachable or dead (z3)."""
+    """The routing as a DAG: forward_mqa's decisions -> paths -> kernels, each marked reachable or dead
+    (z3)."""
     if revision not in REVISIONS:
         raise BadInput(f"unknown revision {revision!r}; known: {', '.join(REVISIONS)}")
     if registry not in REGISTRY_IDS:

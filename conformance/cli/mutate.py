@@ -1,4 +1,4 @@
-"""``mla-spec mutate``: mutants of vLLM 0.28.0's real rocm_aiter_mla.py, our generated cases vs the shipped tests.
+"""``mla-spec mutate``: mutants of vLLM 0.28.0's real rocm_aiter_mla.py, our cases vs the shipped tests.
 
 See :mod:`spec.analyses.mutation`.  Exit status: 0 when our generated cases kill every
 mutant not proved equivalent; 1 when a mutant that is not equivalent survives
@@ -94,7 +94,8 @@ def _print_text(report: MutationReport, console: Console) -> None:
 )
 @click.option("--mutant", "select", multiple=True, metavar="ID", help="Only this mutant (repeatable).")
 def mutate_command(fmt, timeout, workers, select) -> None:
-    """Mutants of vLLM 0.28.0's real routing code: killed by our generated cases? by vLLM's shipped tests? equivalent?"""
+    """Mutants of vLLM 0.28.0's real routing code: killed by our generated cases? by vLLM's shipped tests?
+    equivalent?"""
     from spec.analyses.mutation import BaselineError, score
     from spec.realcode.source import SourceError
 

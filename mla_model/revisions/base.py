@@ -11,12 +11,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-Rule = tuple[str, Callable[[Any], Any]]  # (name, shape -> term)
-
 from mla_model.derived import engine_rules, kernel_kv_dtype, reorder_batch_threshold
-from mla_model.logic import all_of, any_of, choose, eq, if_then_else, is_in, maximum
+from mla_model.logic import Term, all_of, any_of, choose, eq, if_then_else, is_in, maximum
 from mla_model.registry import Registry
 from mla_model.route import HEAD_PADDINGS, PATHS, KernelRequest, Route
+
+Rule = tuple[str, Callable[[Any], Term]]  # (name, shape -> term)
 
 # AiterMLAHelper constants (vLLM 0.27.0 on).
 _AITER_MIN_MLA_HEADS = 16
@@ -32,12 +32,12 @@ class Revision:
     title: str
     source: str
     route: Callable[[Any, Registry], Route]
-    reorder_batch_threshold: Callable[[Any], Any]
-    is_valid_num_heads: Callable[[Any], Any]
+    reorder_batch_threshold: Callable[[Any], Term]
+    is_valid_num_heads: Callable[[Term], Term]
     scope: Callable[[Registry], list[Rule]] = lambda reg: []
     # The model's gate functions under vLLM's names, for bind's bounded comparison (revisions built from a
     # shared module set these; otherwise bind finds them in the route's module).
-    gates: Mapping[str, Callable[..., Any]] = field(default_factory=dict, hash=False, compare=False)
+    gates: Mapping[str, Callable[..., Term]] = field(default_factory=dict, hash=False, compare=False)
 
     def rules(self, reg: Registry) -> list[Rule]:
         """Engine rules, this revision's head validity and the modelled scope."""
@@ -47,11 +47,11 @@ class Revision:
             *self.scope(reg),
         ]
 
-    def validity(self, s: Any, reg: Registry) -> list[tuple[str, Any]]:
+    def validity(self, s: Any, reg: Registry) -> list[tuple[str, Term]]:
         """Each validity rule evaluated on ``s``, as (name, term)."""
         return [(name, rule(s)) for name, rule in self.rules(reg)]
 
-    def is_valid(self, s: Any, reg: Registry) -> Any:
+    def is_valid(self, s: Any, reg: Registry) -> Term:
         return all_of(*[term for _, term in self.validity(s, reg)])
 
 
@@ -60,40 +60,40 @@ def causal_only(reg: Registry) -> list[Rule]:
     return [("causal decode only (non-causal blocks arrive in vLLM 0.30)", lambda s: s.causal)]
 
 
-def divides_16(h: Any) -> Any:
+def divides_16(h: Term) -> Term:
     """``16 % h == 0`` for ``h >= 1``, written as membership (exact, and linear for z3)."""
     return is_in(h, (1, 2, 4, 8, 16))
 
 
-def is_valid_num_heads_pre_029(num_heads: Any) -> Any:
+def is_valid_num_heads_pre_029(num_heads: Term) -> Term:
     """``AiterMLAHelper.is_valid_num_heads`` in vLLM 0.27-0.28: ``h > 0 and (h < 16 or h % 16 == 0)``."""
     return all_of(
         num_heads > 0, any_of(num_heads < _AITER_MIN_MLA_HEADS, num_heads % _AITER_MIN_MLA_HEADS == 0)
     )
 
 
-def get_actual_mla_num_heads_pre_029(num_heads: Any) -> Any:
+def get_actual_mla_num_heads_pre_029(num_heads: Term) -> Term:
     """``get_actual_mla_num_heads`` before vLLM 0.29: ``max(h, 16)``."""
     return maximum(num_heads, _AITER_MIN_MLA_HEADS)
 
 
-def whitelist_mtp_decode_qlen(s: Any) -> Any:
+def whitelist_mtp_decode_qlen(s: Any) -> Term:
     """``_mtp_decode_qlen`` before #51011: ``k + 1`` for ``mtp``/``deepseek_mtp`` drafters only, else 1."""
     return if_then_else(is_in(s.spec_method, ("mtp", "deepseek_mtp")), s.num_spec_tokens + 1, 1)
 
 
-def divides_padded(h: Any, m: Any) -> Any:
+def divides_padded(h: Term, m: Term) -> Term:
     """``m % h == 0`` for a padded head count ``m = ceil16(h)`` (or 16): exact as membership for h >= 1,
     since h divides 16, or m == h (for h > 16, h < m < 2h unless m == h)."""
     return any_of(divides_16(h), m == h)
 
 
-def padding_of(h: Any, m: Any, divisor: Any) -> Any:
+def padding_of(h: Term, m: Term, divisor: Term) -> Term:
     """Which get_mla_padded_q branch runs: none at m == h, repeat_interleave for divisors, else tile."""
     return choose(HEAD_PADDINGS, [(h == m, "none"), (divisor, "repeat_interleave")], "tile")
 
 
-def asm_request(s: Any, m: Any, persistent: Any, causal: Any) -> KernelRequest:
+def asm_request(s: Any, m: Term, persistent: Term, causal: Term) -> KernelRequest:
     return KernelRequest(
         q_dtype=s.q_dtype,
         kv_dtype=kernel_kv_dtype(s),
@@ -104,7 +104,7 @@ def asm_request(s: Any, m: Any, persistent: Any, causal: Any) -> KernelRequest:
     )
 
 
-def forward_path(gd: Any, gv: Any, persistent: Any, triton_verify: Any = False) -> Any:
+def forward_path(gd: Term, gv: Term, persistent: Term, triton_verify: Term = False) -> Term:
     """forward_mqa's order: Gluon decode, Gluon verify, [Triton verify], else ASM."""
     return choose(
         PATHS,
@@ -118,7 +118,7 @@ def forward_path(gd: Any, gv: Any, persistent: Any, triton_verify: Any = False) 
     )
 
 
-def on_gfx950(s: Any) -> Any:
+def on_gfx950(s: Any) -> Term:
     """vLLM's ``on_gfx950()``, which ``_gluon_mla_decode_supported()`` is (lru-cached) from #50578 on: CDNA3's
     64 KiB LDS cannot hold Gluon's ~160 KiB tiling (sources §11)."""
     return eq(s.arch, "gfx950")
@@ -126,19 +126,19 @@ def on_gfx950(s: Any) -> Any:
 
 def compose_route(
     s: Any,
-    gd: Any,
-    gv: Any,
-    wants: Any,
-    mtp_decode_qlen: Any,
-    decode_heads: Any,
-    m: Any,
-    head_padding: Any,
-    padded_q_heads: Any,
-    causal: Any,
-    gluon_batch_is_one: Any,
-    triton_verify: Any = False,
-    vllm_raises: Any = False,
-    builder_gv: Any = None,
+    gd: Term,
+    gv: Term,
+    wants: Term,
+    mtp_decode_qlen: Term,
+    decode_heads: Term,
+    m: Term,
+    head_padding: Term,
+    padded_q_heads: Term,
+    causal: Term,
+    gluon_batch_is_one: Term,
+    triton_verify: Term = False,
+    vllm_raises: Term = False,
+    builder_gv: Term = None,
 ) -> Route:
     """A revision's gates composed into its Route: the builder's persistent gate ``wants and 1 <= qlen <=
     _mtp_decode_qlen``, forward_mqa's order of tests, and Gluon handed kv_scale=1.0 (every revision)."""
@@ -164,13 +164,13 @@ def compose_route(
 
 def pre_dcp_route(
     s: Any,
-    gd: Any,
-    gv: Any,
-    wants: Any,
-    mtp_decode_qlen: Any,
-    builder_gv: Any = None,
-    head_padding: Any = None,
-    padded_q_heads: Any = None,
+    gd: Term,
+    gv: Term,
+    wants: Term,
+    mtp_decode_qlen: Term,
+    builder_gv: Term = None,
+    head_padding: Term = None,
+    padded_q_heads: Term = None,
 ) -> Route:
     """The route of a revision before DCP (0.27, main before #51011, 0.28): the rank's own heads padded to
     ``max(h, 16)`` (by default repeat_interleave for divisors of 16, tile + slice otherwise), always causal,

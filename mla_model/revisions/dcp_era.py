@@ -20,7 +20,7 @@ from functools import partial
 from typing import Any
 
 from mla_model.derived import dcp_decode_heads, is_quantized_kv_cache, parallel_drafting
-from mla_model.logic import all_of, any_of, ceil_to_multiple, eq, if_then_else, implies, is_in, ne, not_
+from mla_model.logic import Term, all_of, any_of, ceil_to_multiple, eq, if_then_else, implies, is_in, ne, not_
 from mla_model.registry import Registry
 from mla_model.revisions import vllm_028
 from mla_model.revisions.base import (
@@ -50,27 +50,27 @@ class Features:
     )
     kv_bound: bool  # 0.31.0+: Gluon refused above _GLUON_MAX_KV_CACHE_BYTES per layer
     triton_verify: bool  # 0.34.0: CDNA3 causal verify past qlen 4 on vLLM's Triton kernel
-    reorder_batch_threshold: Callable[[Any], Any]
+    reorder_batch_threshold: Callable[[Any], Term]
 
 
-def is_valid_num_heads(num_heads: Any) -> Any:
+def is_valid_num_heads(num_heads: Term) -> Term:
     """``h > 0 and h not in () and (h <= 128 or h % 16 == 0)`` (0.29.0 on)."""
     return all_of(num_heads > 0, any_of(num_heads <= _AITER_MAX_PADDED_MLA_HEADS, num_heads % 16 == 0))
 
 
-def get_actual_mla_num_heads(num_heads: Any, reg: Registry) -> Any:
+def get_actual_mla_num_heads(num_heads: Term, reg: Registry) -> Term:
     """``24 if h == 24 and _aiter_mla_native_h24_supported() else ceil(h / 16) * 16``."""
     return if_then_else(all_of(num_heads == 24, reg.native_h24), 24, ceil_to_multiple(num_heads, 16))
 
 
-def _gluon_kv_cache_in_bounds(f: Features, kv_cache_bytes: Any) -> Any:
+def _gluon_kv_cache_in_bounds(f: Features, kv_cache_bytes: Term) -> Term:
     """0.31.0+: Gluon drops its KV bounds mask past 2 GiB per layer (ROCm/aiter #4474)."""
     return kv_cache_bytes <= _GLUON_MAX_KV_CACHE_BYTES if f.kv_bound else True
 
 
 def use_gluon_decode(
-    f: Features, num_heads: Any, max_qo_len: Any, kv_cache_dtype: Any, kv_cache_bytes: Any, s: Any
-) -> Any:
+    f: Features, num_heads: Term, max_qo_len: Term, kv_cache_dtype: Term, kv_cache_bytes: Term, s: Any
+) -> Term:
     """0.29.0 L1334 ... 0.34.0 L2555: 0.28.0's gate (heads/qlen, dtype guard, mode, arch, divisor), then
     [from 0.31.0] the KV bound."""
     return all_of(
@@ -81,15 +81,16 @@ def use_gluon_decode(
 
 def use_gluon_verify(
     f: Features,
-    num_heads: Any,
-    max_qo_len: Any,
-    kv_cache_dtype: Any,
-    dcp_world_size: Any,
-    causal: Any,
-    kv_cache_bytes: Any,
+    num_heads: Term,
+    max_qo_len: Term,
+    kv_cache_dtype: Term,
+    dcp_world_size: Term,
+    causal: Term,
+    kv_cache_bytes: Term,
     s: Any,
-) -> Any:
-    """0.29.0 L1356 ... 0.34.0 L2584: native 4-D Gluon MTP for [causal,] non-DCP, unquantized small-head verify."""
+) -> Term:
+    """0.29.0 L1356 ... 0.34.0 L2584: native 4-D Gluon MTP for [causal,] non-DCP, unquantized small-head
+    verify."""
     return all_of(
         causal if f.causal else True,
         max_qo_len > 1,
@@ -103,9 +104,10 @@ def use_gluon_verify(
 
 
 def _asm_causal_verify_unsupported(
-    mtp_decode_qlen: Any, kv_cache_dtype: Any, dcp_world_size: Any, m: Any, s: Any
-) -> Any:
-    """0.34.0 L485-506: CDNA3 has no correct ASM causal verify past qlen 4 except fp8 at 128 heads (aiter #5679)."""
+    mtp_decode_qlen: Term, kv_cache_dtype: Term, dcp_world_size: Term, m: Term, s: Any
+) -> Term:
+    """0.34.0 L485-506: CDNA3 has no correct ASM causal verify past qlen 4, except fp8 at 128 heads
+    (aiter #5679)."""
     return all_of(
         dcp_world_size == 1,
         mtp_decode_qlen > 4,
@@ -171,7 +173,8 @@ def scope(f: Features, reg: Registry) -> list[Rule]:
         return rules + causal_only(reg)
     return rules + [
         (
-            "non-causal blocks only where supports_non_causal (gfx950, AITER takes causal=) for parallel drafters",
+            "non-causal blocks only where supports_non_causal (gfx950, AITER takes causal=) "
+            "for parallel drafters",
             lambda s: implies(
                 not_(s.causal), all_of(eq(s.arch, "gfx950"), reg.lookup_takes_causal, parallel_drafting(s))
             ),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mla_model.logic import all_of, any_of, eq, ne
+from mla_model.logic import Term, all_of, any_of, eq, ne
 from mla_model.registry import Registry
 from mla_model.revisions.base import (
     divides_16,
@@ -25,7 +25,7 @@ from mla_model.revisions.base import (
 from mla_model.route import Route
 
 
-def use_gluon_decode(num_heads: Any, max_qo_len: Any, s: Any) -> Any:
+def use_gluon_decode(num_heads: Term, max_qo_len: Term, s: Any) -> Term:
     """``AiterMLAHelper.use_gluon_decode(num_heads, max_qo_len)`` after #50578."""
     mode = s.asm_padding_mode  # _aiter_mla_small_head_mode()
     return all_of(
@@ -37,7 +37,7 @@ def use_gluon_decode(num_heads: Any, max_qo_len: Any, s: Any) -> Any:
     )
 
 
-def use_gluon_verify(num_heads: Any, max_qo_len: Any, s: Any) -> Any:
+def use_gluon_verify(num_heads: Term, max_qo_len: Term, s: Any) -> Term:
     """forward_mqa's inline verify branch: ``num_heads < 16 and max_qo_len > 1`` on gfx950."""
     return all_of(num_heads < 16, max_qo_len > 1, on_gfx950(s))  # on_gfx950: _gluon_mla_decode_supported()
 

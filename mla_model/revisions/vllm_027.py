@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mla_model.logic import all_of, choose, if_then_else, lookup_int
+from mla_model.logic import Term, all_of, choose, if_then_else, lookup_int
 from mla_model.registry import Registry
 from mla_model.revisions.base import (
     pre_dcp_revision,
@@ -22,12 +22,12 @@ from mla_model.route import HEAD_PADDINGS, Route
 _REPEAT_INTERLEAVE_HEADS = {h: h * (16 // h) for h in range(1, 16)}
 
 
-def use_gluon_decode(num_heads: Any, max_qo_len: Any) -> Any:
+def use_gluon_decode(num_heads: Term, max_qo_len: Term) -> Term:
     """L829: ``num_heads < 16 and max_qo_len == 1``; no arch, dtype or mode check."""
     return all_of(num_heads < 16, max_qo_len == 1)
 
 
-def use_gluon_verify(num_heads: Any, max_qo_len: Any) -> Any:
+def use_gluon_verify(num_heads: Term, max_qo_len: Term) -> Term:
     """forward_mqa L1116, inline: ``self.num_heads < 16 and max_qo_len > 1``."""
     return all_of(num_heads < 16, max_qo_len > 1)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from mla_model.derived import is_quantized_kv_cache, reorder_batch_threshold
-from mla_model.logic import all_of, any_of, choose, eq, ne, not_
+from mla_model.logic import Term, all_of, any_of, choose, eq, ne, not_
 from mla_model.registry import Registry
 from mla_model.revisions.base import (
     ASM_PADDED_MAX_PS_QLEN,
@@ -24,7 +24,7 @@ from mla_model.route import Route
 from mla_model.shape import KV_CACHE_DTYPES
 
 
-def use_gluon_decode(num_heads: Any, max_qo_len: Any, kv_cache_dtype: Any, s: Any) -> Any:
+def use_gluon_decode(num_heads: Term, max_qo_len: Term, kv_cache_dtype: Term, s: Any) -> Term:
     """L909.  Order in code: heads/qlen, then the dtype guard, then the mode knob."""
     mode = s.asm_padding_mode
     return all_of(
@@ -37,7 +37,7 @@ def use_gluon_decode(num_heads: Any, max_qo_len: Any, kv_cache_dtype: Any, s: An
     )
 
 
-def use_gluon_verify(num_heads: Any, max_qo_len: Any, kv_cache_dtype: Any, s: Any) -> Any:
+def use_gluon_verify(num_heads: Term, max_qo_len: Term, kv_cache_dtype: Term, s: Any) -> Term:
     """L931, hoisted from forward_mqa so the builder and the impl agree; no divisor test."""
     return all_of(
         num_heads < 16,
@@ -48,7 +48,7 @@ def use_gluon_verify(num_heads: Any, max_qo_len: Any, kv_cache_dtype: Any, s: An
     )
 
 
-def builder_kv_cache_dtype(s: Any) -> Any:
+def builder_kv_cache_dtype(s: Any) -> Term:
     """``self._kv_cache_dtype_str``: fp8_e4m3 and fp8_e5m2 become "fp8"."""
     return choose(
         KV_CACHE_DTYPES,

@@ -4,8 +4,9 @@ Source: ``vllm/v1/attention/backends/mla/rocm_aiter_mla.py`` of vLLM 0.29.0
 (82,322 B, md5 65caab10): ``use_gluon_decode`` L1334, ``use_gluon_verify``
 L1356 (DCP-aware, no ``causal``), ``_mtp_decode_qlen`` L422, the persistent
 gate L1037 on ``_decode_num_heads``.  Every decode block is causal (the
-common MLA builder refuses non-causal ones, mla_attention.py L2395-2404; sources §13).  The threshold is 0.28's ``1 + k``,
-``1 + 2k`` for parallel drafters (vllm/v1/attention/backend.py L639-647).
+common MLA builder refuses non-causal ones, mla_attention.py L2395-2404;
+sources §13).  The threshold is 0.28's ``1 + k``, ``1 + 2k`` for parallel
+drafters (vllm/v1/attention/backend.py L639-647).
 """
 
 from mla_model.derived import reorder_batch_threshold

@@ -40,6 +40,7 @@ import z3
 
 from mla_model.case import Case, case_id, case_seed, expected_route
 from mla_model.decision import decide
+from mla_model.logic import Term
 from mla_model.shape import FIELD_BY_NAME, GIB, Shape
 from spec.proof.invariants import INVARIANTS
 from spec.proof.prover import (
@@ -75,7 +76,8 @@ DECISIONS = (
 )
 PAIR_TIMEOUT_MS = 5_000
 MAX_CONTEXTS = 4  # MC/DC pairs per condition, each under another setting of the enum/flag conditions
-# The decisions whose pairs are sought in every context: AiterMLAHelper's predicates, where vLLM orders its checks.
+# The decisions whose pairs are sought in every context: AiterMLAHelper's predicates, where vLLM orders its
+# checks.
 CONTEXT_DECISIONS = ("use_gluon_decode", "use_gluon_verify")
 
 
@@ -114,7 +116,7 @@ class _Pair:
         return z3.substitute(term, *self._sub)
 
     def find(self, constraints: Iterable[Any], moved: tuple[str, ...]) -> tuple[Shape, Shape] | None:
-        """The closest valid pair (only ``moved`` fields may differ) meeting ``constraints``, smallest first."""
+        """The closest valid pair (only ``moved`` fields differ) meeting ``constraints``, smallest first."""
         s = self.solver
         s.push()
         try:
@@ -236,7 +238,7 @@ def _thresholds(pair: _Pair) -> list[tuple[str, tuple[str, ...], list[Any]]]:
     t_a = as_z3(route.mtp_decode_qlen)
     rbt_a = as_z3(pair.p.revision.reorder_batch_threshold(pair.p.symbolic.view))
     spec = FIELD_BY_NAME["spec_method"].values
-    out = [
+    out: list[tuple[str, tuple[str, ...], list[Any]]] = [
         ("16 heads (15 | 16)", ("num_heads",), [a["num_heads"] == 15, b["num_heads"] == 16]),
         # A divisor of 16 and a non-divisor: repeat_interleave against tile padding where the step pads.
         ("divisor | non-divisor heads (8 | 12)", ("num_heads",), [a["num_heads"] == 8, b["num_heads"] == 12]),
@@ -276,7 +278,7 @@ def _thresholds(pair: _Pair) -> list[tuple[str, tuple[str, ...], list[Any]]]:
 
 
 def threshold_pairs(p: Problem) -> Iterable[tuple[str, Shape, Shape]]:
-    """Both sides of each threshold, for each arch and for a bf16 and an fp8 cache; a route change preferred."""
+    """Both sides of each threshold, per arch and for a bf16 and an fp8 cache; a route change preferred."""
     pair = _Pair(p)
     route = p.decision.route
     pinned = [
@@ -286,7 +288,7 @@ def threshold_pairs(p: Problem) -> Iterable[tuple[str, Shape, Shape]]:
     differs = z3.Or(*[t != pair.primed(t) for t in pinned])
     kv = FIELD_BY_NAME["kv_cache_dtype"].values
     for label, moved, constraints in _thresholds(pair):
-        for arch_code, arch in enumerate(FIELD_BY_NAME["arch"].values):
+        for arch_code in range(len(FIELD_BY_NAME["arch"].values)):
             for kv_name in ("auto", "fp8"):
                 context = [pair.a["arch"] == arch_code, pair.a["kv_cache_dtype"] == kv.index(kv_name)]
                 found = pair.find(constraints + context + [differs], moved) or pair.find(
@@ -412,5 +414,5 @@ def generate(revision: str, registry: str = "aiter-0.1.20", routes: int = 0) -> 
     ]
 
 
-def _route_field(p: Problem, shape: Shape, name: str) -> Any:
+def _route_field(p: Problem, shape: Shape, name: str) -> Term:
     return getattr(decide(p.revision, p.registry, shape).route, name)

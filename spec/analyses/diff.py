@@ -76,7 +76,7 @@ import z3
 
 from mla_model.decision import decide
 from mla_model.derived import KERNEL_KV_DTYPES
-from mla_model.logic import EnumTerm, all_of, eq, if_then_else, is_in, not_
+from mla_model.logic import EnumTerm, Term, all_of, eq, if_then_else, is_in, not_
 from mla_model.registry import NO_KERNEL, Registry, asm_lookup, kernel_names, resolved_kernel
 from mla_model.revisions.base import Revision
 from mla_model.route import ASM_PATHS, PATHS, KernelRequest, Route
@@ -113,11 +113,11 @@ class DiffDisagreement(AssertionError):
 # --- the route a diff compares -----------------------------------------------------------------------
 
 
-def _code(x: Any, values: tuple[str, ...]) -> Any:
+def _code(x: Term, values: tuple[str, ...]) -> Term:
     return x.term if isinstance(x, EnumTerm) else values.index(x)
 
 
-def route_key(route: Route, kernel: Any, names: tuple[str, ...], threshold: Any) -> tuple[Any, Any, Any]:
+def route_key(route: Route, kernel: Term, names: tuple[str, ...], threshold: Term) -> tuple[Term, Term, Term]:
     """(path, kernel, metadata sizing) as integer codes, for one shape, numpy arrays or z3 terms.
 
     ``threshold`` is the revision's reorder_batch_threshold for the shape: the longest query the
@@ -177,7 +177,7 @@ class RouteKey:
 
 
 def concrete_key(revision: Revision, reg: Registry, shape: Shape) -> RouteKey:
-    """The route key of one shape, through the plain-Python interpretation (the release's code, for a release)."""
+    """The route key of one shape through the plain-Python interpretation (for a release, its own code)."""
     d = decide(revision, reg, shape)
     names = kernel_names(reg)
     kernel = resolved_kernel(reg, shape.arch, d.route.request, d.asm)
@@ -283,18 +283,19 @@ def _numeric_route(revision: Revision, reg: Registry, grid: Grid) -> Route:
 
 
 def _kernel_on_grid(
-    reg: Registry, names: tuple[str, ...], arch: Any, req: KernelRequest, num_reqs: Any
+    reg: Registry, names: tuple[str, ...], arch: Term, req: KernelRequest, num_reqs: Term
 ) -> EnumTerm:
     """resolved_kernel for every cell, evaluated once per distinct request and gathered back."""
-    parts = [
+    # (value, the values its codes index; (): the value is its own code)
+    parts: list[tuple[Any, tuple[Any, ...]]] = [
         (arch, ARCHS),
         (req.q_dtype, Q_DTYPES),
         (req.kv_dtype, KERNEL_KV_DTYPES),
-        (req.padded_heads, None),
-        (req.kernel_qlen, None),
+        (req.padded_heads, ()),
+        (req.kernel_qlen, ()),
         (req.persistent, (False, True)),
         (req.causal, (False, True)),
-        (num_reqs, None),
+        (num_reqs, ()),
     ]
     domains, flat = [], np.zeros((), dtype=np.int64)
     for value, values in parts:
@@ -368,7 +369,7 @@ def _unpack_key(code: int, width: int) -> tuple[int, int, int]:
 
 
 def diff(old: Revision, new: Revision, reg: Registry, timeout_ms: int = 30_000) -> Diff:
-    """Every region of the box where ``new`` routes a shape valid under both revisions differently from ``old``."""
+    """Every region of the box where ``new`` routes shapes valid under both revisions unlike ``old`` does."""
     start = time.perf_counter()
     p_old, p_new = problem(old, reg), problem(new, reg)
     names = kernel_names(reg)
@@ -397,10 +398,11 @@ def diff(old: Revision, new: Revision, reg: Registry, timeout_ms: int = 30_000) 
         keys.append(route_key(route, kernel, names, revision.reorder_batch_threshold(grid.view)))
     labels, changes = _labels(keys, len(names), grid.shape)
     boxes = summarise([c.axis() for c in grid.components], labels) if changes else []
-    regions = [
-        _region(box, grid, labels, tuple(RouteKey.decode(c, names) for c in changes[box.label - 1]))
-        for box in boxes
-    ]
+    regions = []
+    for box in boxes:
+        old_codes, new_codes = changes[box.label - 1]
+        change = (RouteKey.decode(old_codes, names), RouteKey.decode(new_codes, names))
+        regions.append(_region(box, grid, labels, change))
     regions.sort(
         key=lambda r: (
             ROUTE_PATHS.index(r.old_route.path),
@@ -414,17 +416,18 @@ def diff(old: Revision, new: Revision, reg: Registry, timeout_ms: int = 30_000) 
         _rerun(old, new, reg, r)
     confirmed = _confirm_with_z3(p_old, p_new, symbolic_keys, regions, names, timeout_ms)
     ids = {t.get_id() for t, _ in rules}
-    only = [
+    only_in_old, only_in_new = (
         0 if {t.get_id() for t, _ in own} == ids else count_valid(own, classes) - grid.shapes
         for own in (old_rules, new_rules)
-    ]
+    )
     return Diff(
         old,
         new,
         reg.id,
         regions,
         grid.shapes,
-        *only,
+        only_in_old,
+        only_in_new,
         tuple(f.name for f in FIELDS if f.name in key_fields),
         confirmed,
         time.perf_counter() - start,
@@ -459,7 +462,7 @@ def _rerun(old: Revision, new: Revision, reg: Registry, region: Region) -> None:
         and seen[1].path in ASM_PATHS
         and seen[0].kernel == seen[1].kernel is not None
     ):
-        seen = tuple(replace(key, kernel=UNCHANGED) for key in seen)
+        seen = (replace(seen[0], kernel=UNCHANGED), replace(seen[1], kernel=UNCHANGED))
     if seen != (region.old_route, region.new_route):
         raise DiffDisagreement(
             f"{s}: Python says {seen[0].text()} -> {seen[1].text()}, the grid "

@@ -22,7 +22,7 @@ from mla_model.revisions.base import Revision
 from mla_model.route import HEAD_PADDINGS, PATHS
 from mla_model.shape import FIELDS, Q_DTYPES, Shape
 from spec.analyses.cases import term_value
-from spec.proof.invariants import INVARIANTS
+from spec.proof.invariants import INVARIANTS, Invariant
 from spec.proof.prover import problem
 from spec.proof.terms import (
     as_z3,
@@ -59,7 +59,7 @@ GATES = ("use_gluon_decode", "use_gluon_verify", "use_persistent_metadata")
 
 
 def decision_conditions(revision: Revision, registry: Registry, shape: Shape) -> dict[str, dict[str, Any]]:
-    """Each gate's value and the value of every atomic condition in it (spec.analyses.cases finds the atoms)."""
+    """Each gate's value and the value of every atomic condition in it (found by spec.analyses.cases)."""
     p = problem(revision, registry)
     out = {}
     for gate in GATES:
@@ -163,7 +163,7 @@ def _leaf(name: str, value: Any, leaves: dict[str, tuple[Any, Any]]) -> Any:
     return var
 
 
-def violated_conjuncts(inv: Any, d: Decision) -> dict[str, list[str]]:
+def violated_conjuncts(inv: Invariant, d: Decision) -> dict[str, list[str]]:
     """The parts of an invariant that are false for this decision, each with the values behind it.
 
     The invariant is rebuilt over a Decision whose every field is a z3 variable named after it

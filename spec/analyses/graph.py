@@ -141,9 +141,9 @@ class ConditionText:
             key = ("enum", name) if name else ("eq", c.arg(0).get_id()) if int_eq else ("one", c.get_id())
             groups.setdefault(key, []).append(c)
         parts = []
-        for (what, _), members in groups.items():
+        for (what, ident), members in groups.items():
             if what == "enum":
-                parts.append(self._members(join(*members), self._enum_field(members[0])))
+                parts.append(self._members(join(*members), ident))
             elif what == "eq" and len(members) > 1:
                 parts.append(
                     f"{self(members[0].arg(0), False)}∈{{{','.join(str(c.arg(1)) for c in members)}}}"
@@ -245,7 +245,7 @@ def _canonical(p: Problem, solver: z3.Solver, *where: Any) -> Shape:
 
 
 def _distinct(solver: z3.Solver, base: list[Any], terms: list[Any]) -> list[tuple[list[Any], z3.ModelRef]]:
-    """Every distinct value tuple of ``terms`` under ``base``, with a model of each: find one, block it, repeat."""
+    """Every distinct value tuple of ``terms`` under ``base``, a model of each: find one, block it, repeat."""
     found = []
     solver.push()
     solver.add(*base)
@@ -408,11 +408,13 @@ def routing_graph(revision: str | Revision, registry: str | Registry) -> nx.DiGr
 
 
 def pin_witnesses(g: nx.DiGraph) -> None:
-    """Replace each witness a node shows by the canonical shape of its leaf edge (``spec.proof.prover.canonical_model``:
-    Shape defaults where allowed, else the least value), the same on every run; about 25 solver calls a node."""
+    """Replace each witness a node shows by the canonical shape of its leaf edge
+    (``spec.proof.prover.canonical_model``: Shape defaults where allowed, else the least value), the same
+    on every run; about 25 solver calls a node."""
     p = g.graph["problem"]
     solver = _solver(p)
-    shown = {_first_reached(g, n) for n, a in g.nodes.items() if a["kind"] != "decision"} - {None}
+    reached = (_first_reached(g, n) for n, a in g.nodes.items() if a["kind"] != "decision")
+    shown = {r for r in reached if r is not None}
     for path, leaf in sorted(shown):
         a = g.edges[path, leaf]
         a["witness"] = _canonical(p, solver, *a["where"])
@@ -445,8 +447,8 @@ def _first_reached(g: nx.DiGraph, n: str) -> tuple[str, str] | None:
 
 
 def _propagate(g: nx.DiGraph) -> None:
-    """Node witnesses and reachability from the leaf edges: a leaf or path is reached iff one of its leaf edges
-    is, a decision iff some path at or after its own is."""
+    """Node witnesses and reachability from the leaf edges: a leaf or path is reached iff one of its leaf
+    edges is, a decision iff some path at or after its own is."""
     for n, a in g.nodes.items():
         if a["kind"] != "decision":
             edge = _first_reached(g, n)
@@ -467,7 +469,8 @@ def _propagate(g: nx.DiGraph) -> None:
 
 
 def graph_json(g: nx.DiGraph) -> dict[str, Any]:
-    """``{"revision", "registry", "nodes": [{"id", "kind", "reachable", ...}], "edges": [{"from", "to", "condition"}]}``."""
+    """The graph as JSON: ``{"revision", "registry", "nodes": [{"id", "kind", "reachable", ...}],
+    "edges": [{"from", "to", "condition"}]}``."""
     rank = {n: i for i, n in enumerate(n for n, a in g.nodes.items() if a["kind"] in ("decision", "path"))}
     order = lambda n: (rank.get(n, len(rank)), n)  # noqa: E731  decisions and paths in forward_mqa's order, then leaves by id
     return {

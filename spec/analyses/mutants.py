@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import ast
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,13 +116,21 @@ def _regions(tree: ast.Module) -> list[tuple[str, ast.AST]]:
     return out
 
 
-def _nodes(root: ast.AST) -> list[ast.AST]:
-    """Every node under ``root`` (itself included), in source order."""
-    found = [n for n in ast.walk(root) if hasattr(n, "lineno")]
-    return sorted(found, key=lambda n: (n.lineno, n.col_offset, -n.end_lineno, -n.end_col_offset))
+def _nodes(root: ast.AST) -> list[ast.expr]:
+    """Every expression under ``root`` (itself included), in source order; only expressions are mutated."""
+    found = [n for n in ast.walk(root) if isinstance(n, ast.expr)]
+    return sorted(found, key=lambda n: (n.lineno, n.col_offset, -_end(n)[0], -_end(n)[1]))
 
 
-def _variants(region: str, root: ast.AST, node: ast.AST, parent: dict[int, ast.AST]):
+def _end(node: ast.expr) -> tuple[int, int]:
+    """Where ``node`` ends (line, column); ``ast.parse`` sets both on every expression."""
+    assert node.end_lineno is not None and node.end_col_offset is not None
+    return node.end_lineno, node.end_col_offset
+
+
+def _variants(
+    region: str, root: ast.AST, node: ast.expr, parent: dict[int, ast.AST]
+) -> Iterator[tuple[str, str | None, ast.expr, str]]:
     """(operator, variant, mutated node, what) for one node."""
     if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _ROR:
         op = type(node.ops[0])
@@ -210,8 +219,9 @@ def generate(text: str) -> list[Mutant]:
         parent = {id(c): n for n in ast.walk(root) for c in ast.iter_child_nodes(n)}
         for node in _nodes(root):
             for operator, variant, new, what in _variants(region, root, node, parent):
+                end_line, end_col = _end(node)
                 start = lines[node.lineno - 1] + node.col_offset
-                end = lines[node.end_lineno - 1] + node.end_col_offset
+                end = lines[end_line - 1] + end_col
                 mid = f"/{operator}/L{node.lineno}.{node.col_offset}" + (f"/{variant}" if variant else "")
                 m = Mutant(
                     region + mid,

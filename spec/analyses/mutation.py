@@ -82,7 +82,7 @@ class MutantResult:
 
     @property
     def survives_generated(self) -> bool:
-        """Not killed by our cases and not proved equivalent: a gap (or, with ``unknown``, an open question)."""
+        """Not killed by our cases nor proved equivalent: a gap (or, with ``unknown``, an open question)."""
         return not self.killed_by_generated and self.equivalent is not True
 
     def to_json(self) -> dict[str, Any]:
@@ -185,7 +185,7 @@ def _shipped_killers(file: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(x["item"] for x in r["failures"]), notes
 
 
-def prove_equivalence(mutant: Mutant, file: Path, timeout_ms: int) -> tuple[bool | str, str]:
+def prove_equivalence(mutant: Mutant, file: Path, timeout_ms: int) -> tuple[bool | Verdict, str]:
     from spec.realcode.bind import symbolic_comparison
     from spec.realcode.revision import real_revision
 
@@ -223,6 +223,7 @@ def run_mutant(
         file = shadow_tree(RELEASE, mutant.apply(original.encode()), tree)
         generated, gen_notes = _generated_killers(file, tree, cases)
         shipped, ship_notes = _shipped_killers(file)
+        equivalent: bool | Verdict
         if not equivalence:
             equivalent, symbolic = UNKNOWN, "SKIPPED"
         else:

@@ -70,7 +70,7 @@ READING_ORDER = (
 
 @dataclass(frozen=True)
 class Axis:
-    """One axis of the grid: the valid rows of a group of fields, each value as its position in the field's box.
+    """One axis of the grid: the valid rows of a group of fields, each value as its position in its box.
 
     A row's value may stand for several (values the grid's terms cannot tell apart): ``members``
     maps each position that occurs to the positions it stands for.
@@ -105,7 +105,7 @@ class Box:
 
 
 def summarise(axes: list[Axis], labels: np.ndarray) -> list[Box]:
-    """Disjoint boxes that together hold exactly the cells of each label > 0 of ``labels`` (one dim per axis)."""
+    """Disjoint boxes (one dim per axis) holding exactly the cells of each label > 0 of ``labels``."""
     merged = [_merge_values(axis, sig) for axis, sig in zip(axes, _slice_classes(labels))]
     small = labels[np.ix_(*[m.representative for m in merged])]
     grids = np.meshgrid(*[np.arange(len(m.representative)) for m in merged], indexing="ij")
@@ -155,8 +155,8 @@ def _slice_classes(labels: np.ndarray) -> list[np.ndarray]:
 
 
 def _merge_values(axis: Axis, sig: np.ndarray) -> _Merged:
-    """Classes of each field's values on one axis: values whose rows, the field swapped, are the same rows with
-    the same slice ids (``sig``); then the axis's rows as tuples of classes, one representative each."""
+    """Classes of each field's values on one axis: values whose rows, the field swapped, are the same rows
+    with the same slice ids (``sig``); then the axis's rows as tuples of classes, one representative each."""
     classes_of_row, members = {}, {}
     n_sig = int(sig.max()) + 1
     for name in axis.fields:
@@ -249,7 +249,8 @@ def _tree(
     """Leaves as (label, {field: class ids}); a field not split on is unconstrained."""
     n_labels = int(labels.max()) + 1
     sizes = {name: int(col.max()) + 1 for name, col in columns.items()}
-    leaves, stack = [], [(np.arange(len(labels)), {})]
+    leaves: list[tuple[int, dict]] = []
+    stack: list[tuple[np.ndarray, dict[str, frozenset[int]]]] = [(np.arange(len(labels)), {})]
     while stack:
         idx, box = stack.pop()
         lab = labels[idx]
@@ -312,7 +313,7 @@ class _Rows:
 
 
 def _merge_boxes(boxes: list[dict], merged: list[_Merged]) -> list[dict]:
-    """Merge until nothing merges: boxes equal but in one field first, then pairs unified modulo absent values."""
+    """Merge until nothing merges: boxes equal but in one field, then pairs unified modulo absent values."""
     rows = _Rows(merged)
     boxes = [rows.shrunk(b) for b in boxes]
     while True:

@@ -164,7 +164,7 @@ def compiled(terms: list[Any]) -> Program:
 
 
 def evaluate_z3(terms: list[Any], env: Mapping[str, Any]) -> list[Any]:
-    """Evaluate z3 terms over Shape fields with numpy; ``env`` maps each field to its codes (arrays broadcast)."""
+    """Evaluate z3 terms over Shape fields in numpy; ``env`` maps each field to its codes (they broadcast)."""
     return compiled(terms)(env)
 
 
@@ -380,7 +380,7 @@ def _project(
     weight: np.ndarray,
     classes: dict[str, list[np.ndarray]],
 ) -> Component:
-    """The rows of a component over the fields the routes read; validity-only fields summed into the weight."""
+    """The rows of a component over the fields the routes read; validity-only fields sum into the weight."""
     shown = [f for f in group if f in key_fields]
     rest = [f for f in group if f not in key_fields]
     n = len(weight)

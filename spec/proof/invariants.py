@@ -125,7 +125,10 @@ def _asm_refused(d: Decision, reg: Registry) -> str:
 
 def _block_n_missing(d: Decision, reg: Registry) -> str:
     m, q = d.route.request.padded_heads, d.route.request.kernel_qlen
-    return f"KeyError: get_block_n_fp8[{m}*{q}={m * q}] (aiter {reg.aiter_version} keys {list(reg.block_n_keys)})"
+    return (
+        f"KeyError: get_block_n_fp8[{m}*{q}={m * q}] "
+        f"(aiter {reg.aiter_version} keys {list(reg.block_n_keys)})"
+    )
 
 
 def _metadata_short(d: Decision, reg: Registry) -> str:
@@ -137,7 +140,8 @@ def _metadata_short(d: Decision, reg: Registry) -> str:
     )
     return (
         f"{s.spec_method} k={s.num_spec_tokens} lets the scheduler hand decode qlen {s.max_qo_len}, "
-        f"but _mtp_decode_qlen={r.mtp_decode_qlen}: persistent metadata dropped, AITER falls back to {fallback}"
+        f"but _mtp_decode_qlen={r.mtp_decode_qlen}: persistent metadata dropped, "
+        f"AITER falls back to {fallback}"
     )
 
 
@@ -159,7 +163,10 @@ def _both_gluon(d: Decision, reg: Registry) -> str:
 
 def _padding_wrong(d: Decision, reg: Registry) -> str:
     r = d.route
-    return f"{r.head_padding} pads {r.decode_heads} heads to {r.padded_q_heads}, kernel expects {r.request.padded_heads}"
+    return (
+        f"{r.head_padding} pads {r.decode_heads} heads to {r.padded_q_heads}, "
+        f"kernel expects {r.request.padded_heads}"
+    )
 
 
 def _first_failure(d: Decision, reg: Registry) -> str:
@@ -176,7 +183,8 @@ INVARIANTS: tuple[Invariant, ...] = (
         "shipped vLLM passes kv_scale=1.0 to Gluon, so an fp8 cache there is read unscaled.",
         symptom="silent NaN / degenerate tokens: Kimi-K3 fp8 KV GSM8K fell from 97.19% to 74.00% "
         "(285/1319 answers one repeated token) before #51011",
-        source="vLLM #51011 (sources §45 test_fp8_never_routes_to_gluon); aiter mla_gluon.py bh16bn128 (sources §41-§42)",
+        source="vLLM #51011 (sources §45 test_fp8_never_routes_to_gluon); "
+        "aiter mla_gluon.py bh16bn128 (sources §41-§42)",
         holds=_fp8_never_reaches_gluon,
         detail=_fp8_on_gluon,
         anchor="def use_gluon_decode",
@@ -190,7 +198,8 @@ INVARIANTS: tuple[Invariant, ...] = (
         "(wrapper missing, Triton that cannot compile it) vLLM's selection of Gluon fails at the first call.",
         symptom="AssertionError 'mla_gluon requires gfx950 (CDNA4)' on gfx942, or RuntimeError / TypeError "
         "loading the Gluon wrapper on the first decode step",
-        source="vLLM #50578 (gfx950 gate); aiter mla_gluon.py arch assert; unreleased Triton probe (sources §11)",
+        source="vLLM #50578 (gfx950 gate); aiter mla_gluon.py arch assert; "
+        "unreleased Triton probe (sources §11)",
         holds=_gluon_only_where_built,
         detail=_gluon_selected,
         anchor="def _gluon_mla_decode_supported",
@@ -203,7 +212,8 @@ INVARIANTS: tuple[Invariant, ...] = (
         why="AITER resolves (q, kv, gqa', ps', qseqlen', causal') against mla_asm.csv; a missing key aborts.",
         symptom="RuntimeError/SIGABRT 'cannot get heuristic kernel!', an AITER_CHECK such as 'only support "
         "gqa_ratio=16 fp8 mla decoding with qo_len <= 4', or AssertionError 'nhead=... not supported'",
-        source="aiter asm_mla.cu get_heuristic_kernel_mla and normalisation; aiter/mla.py head fold (sources §31-§39)",
+        source="aiter asm_mla.cu get_heuristic_kernel_mla and normalisation; "
+        "aiter/mla.py head fold (sources §31-§39)",
         holds=_kernel_exists,
         detail=_asm_refused,
         anchor="def _build_decode",
@@ -211,7 +221,8 @@ INVARIANTS: tuple[Invariant, ...] = (
     ),
     Invariant(
         id="block-n-key-exists",
-        statement="Wherever AITER indexes get_block_n_fp8[m * Q'] (non-persistent fp8 decode), the key exists.",
+        statement="Wherever AITER indexes get_block_n_fp8[m * Q'] (non-persistent fp8 decode), "
+        "the key exists.",
         why="The non-persistent fp8 branch of get_meta_param looks the product up in a fixed dict.",
         symptom="KeyError in aiter get_meta_param: get_block_n_fp8[nhead * max_seqlen_q], raised mid-run",
         source="aiter/mla.py get_meta_param (sources §32); vLLM #51011 description",
@@ -269,7 +280,8 @@ INVARIANTS: tuple[Invariant, ...] = (
         statement="use_gluon_decode and use_gluon_verify never both hold.",
         why="forward_mqa tests them in order; both true would mean the builder and the impl can disagree "
         "about which Gluon entry a step takes.",
-        symptom="a verify step run through the single-token Gluon decode: wrong outputs for all but one token",
+        symptom="a verify step run through the single-token Gluon decode: "
+        "wrong outputs for all but one token",
         source="sources §16, §19-§21, §26; sources §45 test_decode_and_verify_are_disjoint",
         holds=_decode_verify_disjoint,
         detail=_both_gluon,

@@ -24,7 +24,7 @@ from typing import Any
 import z3
 
 from mla_model.decision import Decision, decide
-from mla_model.logic import EnumTerm
+from mla_model.logic import EnumTerm, Term
 from mla_model.registry import Registry, load_registry
 from mla_model.revisions import get_revision
 from mla_model.revisions.base import Revision
@@ -126,7 +126,7 @@ def problem(revision: str | Revision, registry: str | Registry) -> Problem:
     return _problem(*_resolve(revision, registry))
 
 
-def _view_key(view: dict[str, Any], model: z3.ModelRef) -> tuple:
+def _view_key(view: dict[str, Term], model: z3.ModelRef) -> tuple:
     key = []
     for name, term in view.items():
         value = model.eval(as_z3(term), model_completion=True)
@@ -137,7 +137,7 @@ def _view_key(view: dict[str, Any], model: z3.ModelRef) -> tuple:
     return tuple(key)
 
 
-def _view_equals(view: dict[str, Any], key: tuple) -> Any:
+def _view_equals(view: dict[str, Term], key: tuple) -> Term:
     terms = []
     for name, value in key:
         term = view[name]
@@ -148,7 +148,7 @@ def _view_equals(view: dict[str, Any], key: tuple) -> Any:
     return z3.And(*terms)
 
 
-def _minimal_model(p: Problem, base: z3.Solver, class_is: Any) -> z3.ModelRef | None:
+def _minimal_model(p: Problem, base: z3.Solver, class_is: Term) -> z3.ModelRef | None:
     """The smallest counterexample of a class: lexicographic descent on MINIMISE_ORDER.
 
     Each objective is bisected with an incremental solver and then pinned, which

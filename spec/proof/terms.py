@@ -19,7 +19,7 @@ from typing import Any
 
 import z3
 
-from mla_model.logic import EnumTerm
+from mla_model.logic import EnumTerm, Term
 from mla_model.shape import FIELD_BY_NAME, FIELDS, Shape
 
 
@@ -69,7 +69,7 @@ class FieldTracer:
         self._view = view
         self.read: set[str] = set()
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Term:
         value = getattr(self._view, name)
         self.read.add(name)
         return value
@@ -111,7 +111,7 @@ def box_constraints(variables: dict[str, Any]) -> list[Any]:
 # --- terms ----------------------------------------------------------------------------------------
 
 
-def as_z3(term: Any) -> Any:
+def as_z3(term: Term) -> Any:
     """A logic value as a z3 term: an EnumTerm's integer code, a Python bool as a z3 BoolVal."""
     if isinstance(term, EnumTerm):
         return term.term
@@ -142,7 +142,7 @@ def fields_of(term: Any) -> tuple[str, ...]:
 
 
 def is_membership(t: Any) -> bool:
-    """``x in {a, b, ...}``: an Or of equalities between one term and constants (one condition, not several)."""
+    """``x in {a, b, ...}``: an Or of equalities of one term with constants (one condition, not several)."""
     if not z3.is_or(t) or t.num_args() == 0:
         return False
     kids = t.children()
@@ -191,7 +191,7 @@ def atoms_of(term: Any) -> list[Any]:
 
 
 def describe_atom(t: Any, fields: tuple[str, ...], variables: dict[str, Any]) -> str:
-    """A readable condition: the truth set over one or two enum/bool fields, else z3's text with enum names."""
+    """A readable condition: the truth set over one or two enum/bool fields, else z3's text, enums named."""
     specs = [FIELD_BY_NAME[f] for f in fields]
     if len(specs) == 1 and specs[0].discrete:
         spec = specs[0]

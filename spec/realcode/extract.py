@@ -25,6 +25,7 @@ refused with an error that names it.
 from __future__ import annotations
 
 import ast
+import sys
 from dataclasses import dataclass, field
 
 from spec.realcode.source import Source, SourceError
@@ -275,8 +276,8 @@ def extract(source: Source) -> Extracted:
     pruned = ast.ClassDef(
         name=HELPER, bases=[], keywords=[], body=pruned_body or [ast.Pass()], decorator_list=[]
     )
-    for node in pruned_body:
-        _check_safe(label, f"{HELPER}.{getattr(node, 'name', 'constant')}", node)
+    for member in pruned_body:
+        _check_safe(label, f"{HELPER}.{getattr(member, 'name', 'constant')}", member)
 
     # 2. The builder slices and the inline verify.
     builder = _find_class(tree, lambda c: _method(c, "_build_decode") is not None)
@@ -310,18 +311,14 @@ def extract(source: Source) -> Extracted:
         ],
         ctx=ast.Load(),
     )
-    build_fn = ast.FunctionDef(
-        name="mla_spec_persistent_gate",
-        args=_args(*BUILD_INPUTS),
-        body=[*build_slice, ast.Return(value=returned)],
-        decorator_list=[],
-        returns=None,
-        type_params=[],
+    build_fn = _function(
+        "mla_spec_persistent_gate", _args(*BUILD_INPUTS), [*build_slice, ast.Return(returned)]
     )
     missing = _loads(build_fn) - _module_or_stub(tree) - {HELPER}
     if missing:
         raise RefusedCode(
-            f"{label}: the persistent gate reads {sorted(missing)}, which neither the slice nor the stubs define"
+            f"{label}: the persistent gate reads {sorted(missing)}, "
+            "which neither the slice nor the stubs define"
         )
 
     wanted_attrs = (_self_attrs(build_fn) - set(HARNESS_BUILDER_ATTRS)) | {"_mtp_decode_qlen"}
@@ -346,34 +343,19 @@ def extract(source: Source) -> Extracted:
     init_slice = (
         _backward_slice(label, init.body[:first], locals_needed, INIT_INPUTS, "__init__") + init_slice
     )
-    init_fn = ast.FunctionDef(
-        name="mla_spec_builder_init",
-        args=_args(*INIT_INPUTS),
-        body=init_slice,
-        decorator_list=[],
-        returns=None,
-        type_params=[],
-    )
+    init_fn = _function("mla_spec_builder_init", _args(*INIT_INPUTS), init_slice)
 
-    body: list[ast.stmt] = [pruned, build_fn, init_fn]
+    functions = [build_fn, init_fn]
     inline = None
     if "use_gluon_verify" not in present:
         impl = _find_class(tree, lambda c: _method(c, "forward_mqa") is not None)
         inline = _inline_verify_test(_method(impl, "forward_mqa"))
         if inline is None:
             raise SourceError(f"{label}: neither use_gluon_verify nor an inline verify test in forward_mqa")
-        body.append(
-            ast.FunctionDef(
-                name="mla_spec_inline_verify",
-                args=_args("self", "decode"),
-                body=[ast.Return(value=inline)],
-                decorator_list=[],
-                returns=None,
-                type_params=[],
-            )
-        )
-    for fn in body[1:]:
+        functions.append(_function("mla_spec_inline_verify", _args("self", "decode"), [ast.Return(inline)]))
+    for fn in functions:
         _check_safe(label, fn.name.replace("mla_spec_", ""), fn)
+    body: list[ast.stmt] = [pruned, *functions]
 
     # 3. Module-level definitions reached from everything taken, transitively.
     module_defs = _defined_at_module(tree)
@@ -402,6 +384,15 @@ def extract(source: Source) -> Extracted:
 
 def _module_or_stub(tree: ast.Module) -> set[str]:
     return set(_defined_at_module(tree)) | STUB_NAMES | SAFE_BUILTIN_NAMES
+
+
+def _function(name: str, args: ast.arguments, body: list[ast.stmt]) -> ast.FunctionDef:
+    """A plain ``def`` (no decorators, annotations or type parameters)."""
+    if sys.version_info >= (3, 12):  # type_params is a field of FunctionDef from 3.12 on
+        return ast.FunctionDef(
+            name=name, args=args, body=body, decorator_list=[], returns=None, type_params=[]
+        )
+    return ast.FunctionDef(name=name, args=args, body=body, decorator_list=[], returns=None)
 
 
 def _args(*names: str) -> ast.arguments:

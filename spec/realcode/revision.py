@@ -23,13 +23,15 @@ Gluon verify is the row flatten (batch R*Q) until 0.28 and native 4-D MTP
 from __future__ import annotations
 
 import types
+from collections.abc import Callable
 from functools import cache
+from operator import itemgetter
 from typing import Any
 
 import z3
 
 from mla_model.derived import is_quantized_kv_cache, parallel_drafting, reorder_batch_threshold
-from mla_model.logic import EnumTerm, all_of, choose, eq, implies, not_
+from mla_model.logic import EnumTerm, Term, all_of, choose, eq, implies, not_
 from mla_model.registry import Registry
 from mla_model.revisions.base import (
     Revision,
@@ -59,7 +61,7 @@ from spec.realcode.symexec import (
 OUTPUTS = ("gd", "builder_gv", "impl_gv", "gate", "wants", "triton", "T", "m", "H", "heads_valid", "raises")
 
 
-def builder_kv_cache_dtype(kv_cache_dtype: Any) -> Any:
+def builder_kv_cache_dtype(kv_cache_dtype: Term) -> Term:
     """``self._kv_cache_dtype_str``: the builder maps fp8_e4m3 / fp8_e5m2 to "fp8"."""
     return choose(
         KV_CACHE_DTYPES,
@@ -76,7 +78,10 @@ class RealGates:
     """One release's gate functions and the harness that calls them for a Shape."""
 
     def __init__(
-        self, source: Source, lifting: bool = False, threshold: Any = reorder_batch_threshold
+        self,
+        source: Source,
+        lifting: bool = False,
+        threshold: Callable[[Any], Term] = reorder_batch_threshold,
     ) -> None:
         self.source = source
         self.threshold = threshold  # s -> reorder_batch_threshold (the release's, executed, where it can be)
@@ -176,17 +181,17 @@ class RealGates:
         scope = [sym.variables["dcp_world_size"] == 1] if self.gathers_dcp else []
         explorer = Explorer([*sym.domain, *scope])
         paths = explorer.explore(lambda: self.outputs(view, wrap))
-        lifted = {}
+        lifted: dict[str, Any] = {}
         for name in OUTPUTS:
             if name == "builder_gv" and not self.has_verify:
                 lifted[name] = None
                 continue
-            lifted[name] = z3.simplify(fold(paths, lambda v, name=name: v[name]))
+            lifted[name] = z3.simplify(fold(paths, itemgetter(name)))
         lifted["paths"] = len(paths)
         return lifted
 
 
-def _threshold(source: Source) -> tuple[Any, str]:
+def _threshold(source: Source) -> tuple[Callable[[Any], Term], str]:
     """The release's own reorder_batch_threshold, executed (spec.realcode.executed.threshold).
 
     Where it cannot be executed (a lone file with no vLLM tree around it, or no
@@ -254,7 +259,8 @@ def _real_revision(source: Source, lifting: bool) -> Revision:
         else:
             rules.append(
                 (
-                    "non-causal blocks only where supports_non_causal (gfx950, AITER takes causal=) for parallel drafters",
+                    "non-causal blocks only where supports_non_causal (gfx950, AITER takes causal=) "
+                    "for parallel drafters",
                     lambda s: implies(
                         not_(s.causal),
                         all_of(eq(s.arch, "gfx950"), reg.lookup_takes_causal, parallel_drafting(s)),

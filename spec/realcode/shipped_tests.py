@@ -116,7 +116,7 @@ def run_shipped_tests(
     data = run_test_files(
         root / TESTS_DIR, [f.name for f in files], file, tree, arch, registry_id, timeout, select
     )
-    summary = {
+    summary: dict[str, Any] = {
         "release": version,
         "against": label,
         "file": str(file),
@@ -140,7 +140,7 @@ def run_test_files(
     timeout: float = 1800,
     select: str | None = None,
 ) -> dict[str, Any]:
-    """Run test files ``names`` of folder ``tests_dir`` (copied whole to scratch ``tests/v1/attention``) in the child.
+    """Run test files ``names`` of ``tests_dir`` (copied whole to scratch ``tests/v1/attention``) in a child.
 
     ``file`` is the rocm_aiter_mla.py under test, ``tree`` the vLLM tree the
     stubs read helper code from.  Returns the child's counts (see the module).
@@ -200,7 +200,7 @@ def _chain(e: BaseException | None) -> list[BaseException]:
 def _real_class_defines(
     tree: Path, module: str, cls: str, name: str, seen: set[tuple[str, str]]
 ) -> str | None:
-    """Where the real vLLM class ``module.cls`` of ``tree`` (or a base of it, through the tree) defines ``name``."""
+    """Where the real vLLM class ``module.cls`` of ``tree`` (or a base of it in the tree) defines ``name``."""
     import ast
 
     if (module, cls) in seen or len(seen) > 40:
@@ -252,7 +252,10 @@ def _stub_base_gap(e: BaseException) -> str | None:
     tree = mla_spec_stub.STATE.tree
     if not isinstance(e, AttributeError) or obj is None or not name or tree is None:
         return None
-    cls = obj.__self_class__ if isinstance(obj, super) else obj if isinstance(obj, type) else type(obj)
+    if isinstance(obj, super):
+        cls = obj.__self_class__  # type: ignore[attr-defined]  # typeshed's super does not declare it
+    else:
+        cls = obj if isinstance(obj, type) else type(obj)
     for c in getattr(cls, "__mro__", ()):
         file = getattr(sys.modules.get(c.__module__), "__file__", None) or ""
         if not file or STUBS not in Path(file).resolve().parents:
@@ -342,7 +345,7 @@ class _Collector:
             self._kernel_check(nodeid)
 
     def _kernel_check(self, nodeid: str) -> None:
-        """An unmocked AITER kernel that "ran" left its output uncomputed: the item's verdict is not the backend's."""
+        """An unmocked AITER kernel that "ran" left its output uncomputed: the verdict isn't the backend's."""
         import mla_spec_stub
 
         st = mla_spec_stub.STATE
@@ -351,7 +354,8 @@ class _Collector:
             self.outcomes[nodeid] = {
                 "outcome": "not_runnable",
                 "reason": (
-                    f"needs a real AITER kernel: reaches {', '.join(ran)}, which the stubs record but do not compute"
+                    f"needs a real AITER kernel: reaches {', '.join(ran)}, "
+                    "which the stubs record but do not compute"
                 ),
             }
 

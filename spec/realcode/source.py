@@ -43,7 +43,8 @@ def cache_dir() -> Path:
 
 
 def release_version(spec: str) -> str | None:
-    """The version a release spec names, ``0.28.0`` or ``vllm==0.28.0`` (one spelling everywhere); None for a path."""
+    """The version a release spec names, ``0.28.0`` or ``vllm==0.28.0`` (one spelling everywhere); None for
+    a path."""
     bare = spec[len("vllm==") :] if spec.startswith("vllm==") else spec
     return bare if is_release(bare) else None
 

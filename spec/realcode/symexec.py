@@ -65,7 +65,7 @@ class SymBool:
     def __invert__(self) -> SymBool:
         return SymBool(z3.Not(self.term))
 
-    def __eq__(self, other: Any) -> Any:  # type: ignore[override]
+    def __eq__(self, other: Any) -> Any:
         return SymBool(self.term == term_of(other))
 
     def __hash__(self) -> int:
@@ -151,12 +151,12 @@ class SymInt:
     def __ge__(self, o):
         return SymBool(self.term >= _int_term(o))
 
-    def __eq__(self, o):  # type: ignore[override]
+    def __eq__(self, o):
         if o is None or isinstance(o, str):
             return False
         return SymBool(self.term == _int_term(o))
 
-    def __ne__(self, o):  # type: ignore[override]
+    def __ne__(self, o):
         if o is None or isinstance(o, str):
             return True
         return SymBool(self.term != _int_term(o))
@@ -201,10 +201,10 @@ class SymStr:
         codes = [self.enum.values.index(n) for n in names if n in self.enum.values]
         return SymBool(z3.Or(*[self.enum.term == c for c in codes]) if codes else z3.BoolVal(False))
 
-    def __eq__(self, o):  # type: ignore[override]
+    def __eq__(self, o):
         return self._is([o]) if isinstance(o, str) else False
 
-    def __ne__(self, o):  # type: ignore[override]
+    def __ne__(self, o):
         return ~self._is([o]) if isinstance(o, str) else True
 
     def startswith(self, prefix: str) -> SymBool:

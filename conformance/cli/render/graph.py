@@ -1,4 +1,4 @@
-"""Draw the routing graph of :mod:`spec.analyses.graph`: PNG/SVG through networkx + matplotlib, DOT through pydot.
+"""Draw the routing graph of :mod:`spec.analyses.graph`: PNG/SVG via networkx + matplotlib, DOT via pydot.
 
 No system graphviz is needed.  The layout is layered left to right: forward_mqa's
 decisions (one column, in vLLM's order, each level with the path it selects),
@@ -65,7 +65,10 @@ def node_text(g: nx.DiGraph, n: str) -> str:
     if a["kind"] == "kernel" and "lookup" in a:
         k = a["lookup"]
         flags = "".join(f" {f}'" for f in ("ps", "causal") if k[f])
-        return f"{a['label']}{dead}\n{a['arch']}  {k['q']}/{k['kv']}  gqa'{k['gqa']} qseqlen'{k['qseqlen']}{flags}"
+        return (
+            f"{a['label']}{dead}\n{a['arch']}  {k['q']}/{k['kv']}  "
+            f"gqa'{k['gqa']} qseqlen'{k['qseqlen']}{flags}"
+        )
     return a["label"] + dead
 
 
@@ -142,7 +145,7 @@ def layout(g: nx.DiGraph) -> tuple[dict[str, tuple[float, float]], float]:
 
 
 def draw(g: nx.DiGraph, out: Path) -> None:
-    """PNG or SVG with networkx's matplotlib drawing; positions from :func:`layout`, arrows end at the boxes."""
+    """PNG or SVG by networkx's matplotlib drawing; positions from :func:`layout`, arrows end at the boxes."""
     import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -182,7 +185,8 @@ def draw(g: nx.DiGraph, out: Path) -> None:
             )
         )
     heading = _heading(ax, g, Patch)
-    # Boxes in inches: the text's extent plus the bbox pad (no full draw needed); the figure ends at the widest.
+    # Boxes in inches: the text's extent plus the bbox pad (no full draw needed); the figure ends at the
+    # widest.
     renderer = fig.canvas.get_renderer()
     inches = ax.transData.inverted()
     box = {}
@@ -244,7 +248,7 @@ def draw(g: nx.DiGraph, out: Path) -> None:
 
 
 def _heading(ax: Any, g: nx.DiGraph, patch: Any) -> list[Any]:
-    """Title (revision, registry), how to read the picture and the legend, above the graph; returns the texts."""
+    """Title (revision, registry), how to read the picture and the legend, above the graph; the texts."""
     counts = ", ".join(f"{arch} {n} of {total}" for arch, (n, total) in g.graph["asm_kernels"].items())
     title = ax.text(
         0.25,
@@ -260,10 +264,12 @@ def _heading(ax: Any, g: nx.DiGraph, patch: Any) -> list[Any]:
         -0.6,
         "\n".join(
             (
-                "Left to right: forward_mqa's decisions in vLLM's order -> the five paths -> what finally runs.",
-                "Reachable: z3 finds a shape the engine accepts that gets there; dead (grey, dashed): no valid shape does.",
-                "ASM kernel leaf: AITER's code object; arch, q/kv dtype and the lookup key after asm_mla.cu's normalisation "
-                "(gqa', qseqlen', ps' = persistent, causal').",
+                "Left to right: forward_mqa's decisions in vLLM's order -> the five paths -> "
+                "what finally runs.",
+                "Reachable: z3 finds a shape the engine accepts that gets there; "
+                "dead (grey, dashed): no valid shape does.",
+                "ASM kernel leaf: AITER's code object; arch, q/kv dtype and the lookup key after "
+                "asm_mla.cu's normalisation (gqa', qseqlen', ps' = persistent, causal').",
                 f"Distinct ASM decode kernels reached: {counts} in {g.graph['registry']}'s tables.",
             )
         ),

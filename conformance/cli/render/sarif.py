@@ -62,9 +62,10 @@ def check_log(results: list[CheckResult], shape_text: ShapeText) -> dict[str, An
         elif r.counterexamples:
             c = r.counterexamples[0]
             text = (
-                f"{r.invariant} is VIOLATED on {where} ({r.classes}{'' if r.complete else '+'} counterexample "
-                f"class{'es' if r.classes != 1 else ''}); smallest: {shape_text(c.shape)} -> {c.route['path']}: "
-                f"{c.symptom}"
+                f"{r.invariant} is VIOLATED on {where} "
+                f"({r.classes}{'' if r.complete else '+'} counterexample "
+                f"class{'es' if r.classes != 1 else ''}); "
+                f"smallest: {shape_text(c.shape)} -> {c.route['path']}: {c.symptom}"
             )
         else:
             text = f"{r.invariant} is VIOLATED on {where}: {r.reason}"

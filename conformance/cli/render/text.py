@@ -55,7 +55,7 @@ def check_table(results: list[CheckResult], console: Console) -> None:
         table.add_column(reg, no_wrap=True)
     revisions = list(dict.fromkeys(r.revision for r in results))
     invariants = list(dict.fromkeys(r.invariant for r in results))
-    for i, rev in enumerate(revisions):
+    for rev in revisions:
         for j, inv_id in enumerate(invariants):
             cells = [
                 _cell(by_key[(rev, reg, inv_id)]) if (rev, reg, inv_id) in by_key else ""

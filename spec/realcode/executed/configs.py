@@ -77,7 +77,7 @@ def num_gpu_blocks(shape: Shape, page_size_bytes: int) -> int:
 
 
 def full_cudagraphs(shape: Shape) -> bool:
-    """Whether the harness runs this shape with full cudagraphs: half the shapes, by a stable hash of the shape.
+    """Whether the harness runs this shape with full cudagraphs: half the shapes, by a stable hash of it.
 
     No gate of the model reads the cudagraph mode (it sizes buffers, it does not route), so it is not a Shape
     field.  The release's code does read it; running half the shapes each way lets the executed differential
@@ -155,7 +155,7 @@ def vllm_config(shape: Shape, options: dict[str, Any]) -> tuple[Any, Any]:
 
 @dataclass
 class Batch:
-    """A uniform decode batch: R requests of Q query tokens each, KV of ``kv_lens[r]`` tokens (query included)."""
+    """A uniform decode batch: R requests of Q query tokens each, KV of ``kv_lens[r]`` tokens (query too)."""
 
     common: Any
     q: torch.Tensor  # [R*Q, H, 576], the dtype the kernel is handed (fp8 already quantised by q_scale)
@@ -245,7 +245,8 @@ def impl_args(shape: Shape) -> dict[str, Any]:
 
 
 def layer(shape: Shape, options: dict[str, Any], device: torch.device) -> Any:
-    """The attention layer's scales (vllm/model_executor/layers/attention: ``_q_scale``, ``_k_scale`` tensors)."""
+    """The attention layer's scales (vllm/model_executor/layers/attention: ``_q_scale``, ``_k_scale``
+    tensors)."""
     fp8 = shape.kv_cache_dtype in FP8_KV_CACHE_DTYPES
     kv_scale = float(option(options, "kv_scale")) if fp8 else 1.0
     q_scale = float(option(options, "q_scale")) if shape.q_dtype == "fp8" else 1.0

@@ -55,8 +55,8 @@ def release_code(spec: str, tree: str | Path | None = None) -> ReleaseCode:
     """A release version, a vLLM tree, or a rocm_aiter_mla.py (inside a tree, or with ``tree`` given)."""
     version = release_version(spec)
     if version is not None:
-        root = release_tree(version)
-        return ReleaseCode(f"vllm=={version}", root / RELATIVE_PATH, root)
+        release_root = release_tree(version)
+        return ReleaseCode(f"vllm=={version}", release_root / RELATIVE_PATH, release_root)
     p = Path(spec)
     if p.is_dir():
         p = p / RELATIVE_PATH

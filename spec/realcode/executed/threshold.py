@@ -20,7 +20,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from mla_model.logic import if_then_else, is_in, maximum
+from mla_model.logic import Term, if_then_else, is_in, maximum
 from mla_model.shape import SPEC_METHODS, Shape
 from spec.realcode.executed.harness import HarnessError, ReleaseCode, execute
 from spec.realcode.source import cache_dir
@@ -95,22 +95,22 @@ def _fit(code: ReleaseCode, dcp: str, seen: dict[str, dict[int, set[int]]]) -> d
     return fitted
 
 
-def threshold_function(code: ReleaseCode) -> Callable[[Any], Any]:
+def threshold_function(code: ReleaseCode) -> Callable[[Any], Term]:
     """``s -> reorder_batch_threshold`` of the release (1 without a drafter)."""
     fitted = executed_thresholds(code)
 
-    def by_method(s: Any, per_method: dict[str, tuple[int, int]]) -> Any:
+    def by_method(s: Any, per_method: dict[str, tuple[int, int]]) -> Term:
         groups: dict[tuple[int, int], list[str]] = {}
         for method, ab in per_method.items():
             groups.setdefault(ab, []).append(method)
-        value: Any = 1  # no drafter
+        value: Term = 1  # no drafter
         for (a, b), methods in groups.items():
             value = if_then_else(
                 is_in(s.spec_method, tuple(methods)), maximum(a + b * s.num_spec_tokens, 1), value
             )
         return value
 
-    def reorder_batch_threshold(s: Any) -> Any:
+    def reorder_batch_threshold(s: Any) -> Term:
         single = by_method(s, fitted["1"])
         if ">1" not in fitted:  # DCP > 1 is outside what the harness runs for this release
             return single

@@ -20,7 +20,7 @@ class StubMissing(AttributeError):
 
 
 class StandInFault(RuntimeError):
-    """The kernel stand-in (:data:`State.kernel`) failed on a recorded call: the harness's fault, not vLLM's."""
+    """The kernel stand-in (:data:`State.kernel`) failed on a recorded call: a harness fault, not vLLM's."""
 
 
 @dataclass
@@ -65,7 +65,7 @@ def strict(module_name: str) -> Any:
 
 
 def prefill_only(name: str, what: str) -> Any:
-    """A stand-in for a prefill-only vLLM helper: decode never reaches it, so reaching it is a harness fault."""
+    """Stand-in for a prefill-only vLLM helper: decode never reaches it, so reaching it is a harness fault."""
 
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise StubMissing(f"the release reaches the prefill {what} {name}, which the harness does not drive")

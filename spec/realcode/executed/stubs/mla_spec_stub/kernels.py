@@ -30,7 +30,7 @@ def use_real_triton() -> bool:
 
 
 def _expand_page_indices_kernel(grid: tuple, a: dict[str, Any]) -> None:
-    """rocm_aiter_mla.py ``_expand_page_indices_kernel``: block table -> flat token indices, every release's form.
+    """rocm_aiter_mla.py ``_expand_page_indices_kernel`` (every release's form): block table -> token indices.
 
     Program ``r`` (and, 0.32.0+, chunk ``c`` of ``BLOCK_SIZE`` tokens, grid
     axis 1) writes ``page_indices[cu[r] + t] = block_table[r, p // K] * K + p % K``

@@ -43,7 +43,7 @@ def _scalar(x: Any) -> Any:
 def get_mla_metadata_info_v1(
     max_num_reqs, max_seqlen_qo, num_heads, q_dtype, kv_dtype, is_sparse=False, fast_mode=True, **kwargs
 ):
-    """aiter/mla.py: the persistent buffers' sizes for (batch, qlen, heads); recorded, small buffers returned."""
+    """aiter/mla.py: the persistent buffers' sizes for (batch, qlen, heads); recorded, small ones returned."""
     _event(
         "sizing",
         {
@@ -84,7 +84,7 @@ def get_mla_metadata_v1(
 
 
 def _event(kind: str, data: dict[str, Any]) -> None:
-    """A ``{kind: data}`` event, or ``{"probe": name, kind + "_probe": data}`` when a release probe made it."""
+    """A ``{kind: data}`` event, or ``{"probe": name, kind + "_probe": data}`` if a release probe made it."""
     probe = _probe_on_stack()
     STATE.events.append({"probe": probe, f"{kind}_probe": data} if probe else {kind: data})
 
@@ -220,7 +220,7 @@ def mla_gluon(
 
 
 def _admit(call: dict[str, Any], tensors: dict[str, Any], refusal: Any) -> None:
-    """Keep the call with its tensors, then raise what AITER raises for it (mla_model.failures), if anything."""
+    """Keep the call with its tensors, then raise what AITER raises for it (mla_model.failures), if any."""
     _keep(call)
     call["tensors"] = tensors
     failure = refusal(call)
@@ -283,7 +283,8 @@ def vllm_triton_op(
 
 
 def _asm_failure(call: dict[str, Any]) -> tuple[BaseException, str] | None:
-    """What AITER raises for this ASM request (mla_model.failures, from the registry); None when a kernel runs it."""
+    """What AITER raises for this ASM request (mla_model.failures, from the registry); None when a kernel
+    runs it."""
     from mla_model.failures import ASM_FAILURES, AsmCall, first_of
     from mla_model.registry import asm_lookup, resolved_kernel
     from mla_model.route import KernelRequest

@@ -1,4 +1,5 @@
-"""Stub ``vllm.v1.attention.ops.rocm_aiter_mla_merge.merge_mla_segments_triton`` (rocm_aiter_mla.py 0.29.0 L35).
+"""Stub ``vllm.v1.attention.ops.rocm_aiter_mla_merge.merge_mla_segments_triton``
+(rocm_aiter_mla.py 0.29.0 L35).
 
 vLLM's own Triton merge of segmented-MLA partials (vllm/v1/attention/ops/
 rocm_aiter_mla_merge.py 0.34.0 L100-107), reached only by DCP segmented

@@ -1,4 +1,4 @@
-"""Stub ``vllm.v1.attention.ops.triton_decode_attention``: vLLM's Triton MLA decode, recorded instead of launched.
+"""Stub ``vllm.v1.attention.ops.triton_decode_attention``: vLLM's Triton MLA decode, recorded, not launched.
 
 rocm_aiter_mla.py imports ``decode_attention_fwd`` (0.33.0 L52; gfx942 DCP
 verify, 0.34.0 L3319) and, from 0.34.0 (L56-61), ``decode_attention_fwd_verify``
@@ -88,7 +88,8 @@ def decode_attention_fwd_verify(
     page_size,
     k_scale=None,
 ):
-    """0.34.0 L1338 signature: causal verify, ``qlen`` tokens per request; recorded as ``decode_attention_fwd_verify``."""
+    """0.34.0 L1338 signature: causal verify, ``qlen`` tokens per request; recorded as
+    ``decode_attention_fwd_verify``."""
     real = _real_module()
     recorder.vllm_triton_op(
         "decode_attention_fwd_verify",

@@ -1,4 +1,5 @@
-"""Stub ``vllm.v1.attention.backends.mla.triton_mla._compute_num_kv_splits`` (rocm_aiter_mla.py 0.33.0 L40, 0.34.0 L44).
+"""Stub ``vllm.v1.attention.backends.mla.triton_mla._compute_num_kv_splits``
+(rocm_aiter_mla.py 0.33.0 L40, 0.34.0 L44).
 
 The release's own definition and its two constants (vllm/v1/attention/
 backends/mla/triton_mla.py 0.34.0 L43-53), executed from its tree; it sizes the

@@ -1,4 +1,5 @@
-"""Stub ``vllm.v1.attention.backends.mla.prefill.aiter_flydsl_fp8.AiterFlyDSLFP8PrefillBackend`` (rocm_aiter_mla.py 0.34.0 L41).
+"""Stub ``vllm.v1.attention.backends.mla.prefill.aiter_flydsl_fp8.AiterFlyDSLFP8PrefillBackend``
+(rocm_aiter_mla.py 0.34.0 L41).
 
 The release only tests ``isinstance(prefill_backend, AiterFlyDSLFP8PrefillBackend)``
 (0.34.0 L172-178, ``_asm_fp8_prefill_superseded``); the harness's layers carry
