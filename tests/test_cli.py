@@ -345,7 +345,16 @@ def test_sarif_of_every_revision_points_at_its_gate_code():
 
 
 def test_a_gluon_path_without_a_build_says_why_in_the_violation():
-    out = run("check", "--revision", "vllm-0.27", "--registry", "aiter-0.1.19", "--invariant",
-              "gluon-only-where-built", "--format", "json")
+    out = run(
+        "check",
+        "--revision",
+        "vllm-0.27",
+        "--registry",
+        "aiter-0.1.19",
+        "--invariant",
+        "gluon-only-where-built",
+        "--format",
+        "json",
+    )
     details = [c["symptom"] for r in json.loads(out.stdout)["results"] for c in r["counterexamples"]]
     assert details and all("selected: " in d and "selected:  ->" not in d for d in details)

@@ -1,10 +1,9 @@
-"""The routing graph: what a user sees reachable or dead, and z3's reachability against a brute-force sweep."""
+"""The routing graph: what a user sees reachable or dead, and z3's reachability against a brute force."""
 
 from __future__ import annotations
 
 import json
 from functools import cache
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -20,7 +19,7 @@ from mla_model.revisions import REVISIONS
 from mla_model.route import PATHS
 from mla_model.shape import FIELD_BY_NAME, FIELDS, Shape
 from spec.analyses.graph import GLUON_FP8, TRITON, leaf_of, routing_graph
-from spec.proof.bruteforce import _applicable, _column, _encode, fields_read
+from spec.proof.bruteforce import column_view, fields_read, valid_columns
 
 REGISTRY = "aiter-0.1.20"
 # A slice of the brute-force box (FieldSpec.box): every enum and flag value, these heads, qlens and k.
@@ -84,21 +83,11 @@ def test_every_reachable_node_has_a_witness_the_plain_python_route_confirms(grap
 
 
 def _box_slice(revision_id: str, registry_id: str):
-    """The valid shapes of the slice as numpy columns (laid out field by field, pruned by the validity rules)."""
+    """The valid shapes of the slice as numpy columns (pruned by the validity rules as they are laid out)."""
     rev, reg = REVISIONS[revision_id], load_registry(registry_id)
-    rules, read, defaults = rev.rules(reg), fields_read(revision_id, registry_id, ()), Shape().to_json()
+    read, defaults = fields_read(revision_id, registry_id, ()), Shape().to_json()
     fixed = {name: value for name, value in defaults.items() if name not in read}
-    cols: dict[str, np.ndarray] = {}
-    for name in read:
-        values = _encode(name, SLICE.get(name, FIELD_BY_NAME[name].box))
-        n = len(next(iter(cols.values()))) if cols else 1
-        cols = {k: np.repeat(v, len(values)) for k, v in cols.items()}
-        cols[name] = np.tile(values, n)
-        keep = _applicable(
-            rules, SimpleNamespace(**fixed, **{k: _column(k, v) for k, v in cols.items()}), n * len(values)
-        )
-        cols = {k: v[keep] for k, v in cols.items()}
-    return fixed, cols
+    return fixed, valid_columns(rev.rules(reg), fixed, list(read), values=SLICE)
 
 
 def test_z3_reachability_agrees_with_a_brute_force_sweep(graph):
@@ -107,7 +96,7 @@ def test_z3_reachability_agrees_with_a_brute_force_sweep(graph):
     rev, reg = REVISIONS[revision_id], load_registry(registry_id)
     fixed, cols = _box_slice(revision_id, registry_id)
     n = len(next(iter(cols.values())))
-    view = SimpleNamespace(**fixed, **{k: _column(k, v) for k, v in cols.items()})
+    view = column_view(fixed, cols)
     d = decide(rev, reg, view)
     parts = [
         d.route.path,

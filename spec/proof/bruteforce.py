@@ -132,19 +132,28 @@ def _reading_absent_fields(rules, view: SimpleNamespace) -> list:
     return out
 
 
-def _lay_out(rules, fixed: dict[str, Any], names: list[str]) -> dict[str, np.ndarray]:
-    """The column fields' box as a table, one field at a time, pruning rows that break a rule early."""
+def valid_columns(
+    rules, fixed: dict[str, Any], names: list[str], values: dict[str, tuple] | None = None
+) -> dict[str, np.ndarray]:
+    """The fields ``names`` over the box (or over ``values``, per field) as a table of columns, laid out one
+    field at a time and pruned of rows that break a rule as soon as the rule can tell; ``fixed`` holds the
+    other fields."""
     cols: dict[str, np.ndarray] = {}
     n = 1
     for name in names:
-        values = _encode(name, FIELD_BY_NAME[name].box)
-        cols = {k: np.repeat(v, len(values)) for k, v in cols.items()}
-        cols[name] = np.tile(values, n)
-        n *= len(values)
-        keep = _applicable(rules, SimpleNamespace(**fixed, **{k: _column(k, v) for k, v in cols.items()}), n)
+        column = _encode(name, (values or {}).get(name, FIELD_BY_NAME[name].box))
+        cols = {k: np.repeat(v, len(column)) for k, v in cols.items()}
+        cols[name] = np.tile(column, n)
+        n *= len(column)
+        keep = _applicable(rules, column_view(fixed, cols), n)
         cols = {k: v[keep] for k, v in cols.items()}
         n = int(keep.sum())
     return cols
+
+
+def column_view(fixed: dict[str, Any], cols: dict[str, np.ndarray]) -> SimpleNamespace:
+    """A shape view over a column table (enum columns as EnumTerms), the ``fixed`` fields as scalars."""
+    return SimpleNamespace(**fixed, **{k: _column(k, v) for k, v in cols.items()})
 
 
 def _score(view: SimpleNamespace, n: int) -> np.ndarray:
@@ -270,7 +279,7 @@ def sweep(revision_id: str, registry_id: str, invariants: tuple[Invariant, ...])
     rules = revision.rules(registry)
     defaults = Shape().to_json()
     fixed = {name: defaults[name] for name in defaults if name not in read}
-    cols = _lay_out(rules, fixed, [f for f in _COLUMN_FIELDS if f in read])
+    cols = valid_columns(rules, fixed, [f for f in _COLUMN_FIELDS if f in read])
     for name in [k for k, v in cols.items() if (v == v[0]).all()]:  # one value left (DCP 1 in scope)
         fixed[name] = _decode(name, cols.pop(name)[0])
     n = len(next(iter(cols.values())))
