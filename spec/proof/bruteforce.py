@@ -243,7 +243,7 @@ class _Selections:
         scalar_fields: list[str],
     ) -> None:
         self.cols, self.score = cols, score
-        self.view = SimpleNamespace(**fixed, **{k: _column(k, v) for k, v in cols.items()})
+        self.view = column_view(fixed, cols)
         some = {f: FIELD_BY_NAME[f].box[0] for f in scalar_fields}
         # Rules that read column fields only held when the table was laid out; those that read scalar
         # fields only are checked once per combination.  The rest read both.
