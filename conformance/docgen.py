@@ -22,7 +22,6 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-import click
 from click.testing import CliRunner
 
 from mla_model.registry import REGISTRY_IDS, Registry, load_registry
@@ -126,7 +125,7 @@ def _registry_section(reg: Registry) -> str:
 def cli_page() -> str:
     from conformance.cli import COMMANDS, command, main
 
-    ctx = click.Context(main, info_name="mla-spec")
+    ctx = main.make_context("mla-spec", [], resilient_parsing=True)  # with the group's -h/--help
     out = [
         HEADER.format(what="the click commands in conformance/cli/"),
         "# Command line\n\n",
@@ -139,7 +138,7 @@ def cli_page() -> str:
     ]
     for name in sorted(COMMANDS):
         cmd = command(name)
-        sub = click.Context(cmd, info_name=name, parent=ctx)
+        sub = cmd.make_context(name, [], parent=ctx, resilient_parsing=True)
         out.append(
             f"\n## mla-spec {name}\n\n"
             f"```text\nmla-spec {name} {' '.join(cmd.collect_usage_pieces(sub))}\n```\n\n"
