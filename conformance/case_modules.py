@@ -111,6 +111,20 @@ def _distinct(rows) -> list[tuple]:
     return list(first.values())
 
 
+def _gate_inputs(c: Case) -> tuple:
+    """What the gates read of a case, as the vLLM-style module's parameters name them (gluon available, mode,
+    heads, qlen, cache dtype, cache bytes)."""
+    s = c.shape
+    return (
+        s.arch == "gfx950",
+        s.asm_padding_mode,
+        s.num_heads,
+        s.max_qo_len,
+        s.kv_cache_dtype,
+        s.kv_cache_bytes,
+    )
+
+
 def render_vllm_module(revision: str, registry: str, cases: list[Case]) -> str:
     """A module for tests/v1/attention/ of a vLLM checkout, in the style of #51011's routing tests.
 
@@ -127,31 +141,11 @@ def render_vllm_module(revision: str, registry: str, cases: list[Case]) -> str:
     # _gluon_mla_decode_supported() is on_gfx950() in every modelled revision
     # (vLLM 0.28.0 rocm_aiter_mla.py L80-81; sources §11).
     gate_rows = _distinct(
-        (
-            c.shape.arch == "gfx950",
-            c.shape.asm_padding_mode,
-            c.shape.num_heads,
-            c.shape.max_qo_len,
-            c.shape.kv_cache_dtype,
-            c.shape.kv_cache_bytes,
-            c.expected_route["use_gluon_decode"],
-            c.expected_route["use_gluon_verify"],
-            c.id,
-        )
+        (*_gate_inputs(c), c.expected_route["use_gluon_decode"], c.expected_route["use_gluon_verify"], c.id)
         for c in in_scope
     )
     fp8_rows = _distinct(
-        (
-            c.shape.arch == "gfx950",
-            c.shape.asm_padding_mode,
-            c.shape.num_heads,
-            c.shape.max_qo_len,
-            c.shape.kv_cache_dtype,
-            c.shape.kv_cache_bytes,
-            c.id,
-        )
-        for c in in_scope
-        if c.shape.kv_cache_dtype in FP8_KV_CACHE_DTYPES
+        (*_gate_inputs(c), c.id) for c in in_scope if c.shape.kv_cache_dtype in FP8_KV_CACHE_DTYPES
     )
     sizing_rows = _distinct(
         (

@@ -178,23 +178,8 @@ class AiterTritonBackend:
         logits = torch.empty(padded, heads, splits, KV_LORA_RANK + 1, dtype=torch.float32, device=q.device)
 
         def launch(o: torch.Tensor) -> None:
-            config = {k: dict(v) for k, v in CONFIG.items()}  # the wrapper writes BLOCK_C/BLOCK_R into it
-            kernel(
-                q,
-                k_buffer,
-                k_buffer[..., :V_HEAD_DIM],
-                o,
-                kv_indptr,
-                kv_indices,
-                None,
-                KV_LORA_RANK,
-                0,
-                None,
-                None,
-                logits,
-                splits,
-                inputs.sm_scale,
-                config=config,
+            grouped_rope_decode(
+                kernel, q, k_buffer, o, kv_indptr, kv_indices, logits, splits, inputs.sm_scale
             )
 
         out = torch.full((padded, heads, V_HEAD_DIM), float("nan"), dtype=torch.bfloat16, device=q.device)
@@ -213,3 +198,21 @@ class AiterTritonBackend:
 
 
 BACKEND = AiterTritonBackend()
+
+
+def grouped_rope_decode(
+    kernel: Callable[..., Any],
+    q: torch.Tensor,
+    k_buffer: torch.Tensor,
+    o: torch.Tensor,
+    kv_indptr: torch.Tensor,
+    kv_indices: torch.Tensor,
+    logits: torch.Tensor,
+    splits: int,
+    sm_scale: float,
+) -> None:
+    """One launch of AITER's ``decode_attention_fwd_grouped_rope`` on paged rows of the latent cache: V is the
+    first 512 columns of K, no rope split, no logit cap, the split-KV partials in ``logits``."""
+    config = {k: dict(v) for k, v in CONFIG.items()}  # the wrapper writes BLOCK_C/BLOCK_R into it
+    v_buffer, rope = k_buffer[..., :V_HEAD_DIM], (None, KV_LORA_RANK, 0, None, None)  # no rope split, no cap
+    kernel(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, *rope, logits, splits, sm_scale, config=config)

@@ -128,31 +128,15 @@ def _triton_attend(
         indices.numel() and (int(indices.min()) < 0 or int(indices.max()) >= kv_rows.shape[0])
     ):
         return None
-    from conformance.backends.aiter_triton import CONFIG
+    from conformance.backends.aiter_triton import grouped_rope_decode
 
     n, heads = q.shape[0], q.shape[1]
     k_buffer = kv_rows.to(torch.bfloat16).view(-1, 1, HEAD_DIM)
     out = torch.full((n, heads, V_HEAD_DIM), float("nan"), dtype=torch.bfloat16, device=q.device)
     splits = 1
     logits = torch.empty(n, heads, splits, KV_LORA_RANK + 1, dtype=torch.float32, device=q.device)
-    config = {k: dict(v) for k, v in CONFIG.items()}
-    kernel(
-        q.to(torch.bfloat16).contiguous(),
-        k_buffer,
-        k_buffer[..., :V_HEAD_DIM],
-        out,
-        indptr.to(torch.int32),
-        indices.to(torch.int32),
-        None,
-        KV_LORA_RANK,
-        0,
-        None,
-        None,
-        logits,
-        splits,
-        sm_scale,
-        config=config,
-    )
+    grouped_rope_decode(kernel, q.to(torch.bfloat16).contiguous(), k_buffer, out, indptr.to(torch.int32),
+                        indices.to(torch.int32), logits, splits, sm_scale)  # fmt: skip
     return out.float()
 
 

@@ -70,23 +70,29 @@ def format_option(*choices: str) -> Any:
     )
 
 
-def revision_option(multiple: bool = False, default_help: str = "default: all") -> Any:
+def _choice_option(
+    flag: str, dests: tuple[str, str], noun: str, values: list[str], multiple: bool, default_help: str
+) -> Any:
+    """``--flag`` taking one of ``values``, into ``dests[0]`` (or, repeatable, the list ``dests[1]``), its
+    help naming the default."""
     return click.option(
-        "--revision",
-        "revisions" if multiple else "revision",
+        flag,
+        dests[1] if multiple else dests[0],
         multiple=multiple,
-        type=click.Choice(list(REVISIONS)),
-        help=f"Gate revision{' (repeatable' if multiple else ' ('}{default_help}).",
+        type=click.Choice(values),
+        help=f"{noun} ({'repeatable; ' if multiple else ''}{default_help}).",
+    )
+
+
+def revision_option(multiple: bool = False, default_help: str = "default: all") -> Any:
+    return _choice_option(
+        "--revision", ("revision", "revisions"), "Gate revision", list(REVISIONS), multiple, default_help
     )
 
 
 def registry_option(multiple: bool = False, default_help: str = "default: all") -> Any:
-    return click.option(
-        "--registry",
-        "registries" if multiple else "registry",
-        multiple=multiple,
-        type=click.Choice(list(REGISTRY_IDS)),
-        help=f"AITER registry{' (repeatable; ' if multiple else ' ('}{default_help}).",
+    return _choice_option(
+        "--registry", ("registry", "registries"), "AITER registry", list(REGISTRY_IDS), multiple, default_help
     )
 
 

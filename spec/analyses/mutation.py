@@ -41,20 +41,12 @@ from mla_model.case import Case
 from spec.analyses.cases import generate
 from spec.analyses.mutants import NOT_LIFTED, RELEASE, Mutant, release_mutants, shadow_tree
 from spec.proof.verdict import DEFAULT_TIMEOUT_MS, UNKNOWN, Verdict
+from spec.realcode.bind import ROUTE_FIELDS
 
 REVISION_ID = "vllm-0.28"
 REGISTRY_ID = "aiter-0.1.20"
 # bind's route fields plus the padded head count (get_actual_mla_num_heads sizes the ASM output buffer)
-EQUIVALENCE_FIELDS = (
-    "path",
-    "use_gluon_decode",
-    "use_gluon_verify",
-    "use_persistent_metadata",
-    "wants_persistent_metadata",
-    "mtp_decode_qlen",
-    "decode_heads",
-    "padded_q_heads",
-)
+EQUIVALENCE_FIELDS = (*ROUTE_FIELDS, "padded_q_heads")
 
 
 @dataclass(frozen=True)

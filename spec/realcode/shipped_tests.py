@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from spec.realcode.executed.harness import child_env
+from spec.realcode.executed.harness import child_env, run_module
 from spec.realcode.source import SourceError, release_tree, release_version, tree_of
 
 TESTS_DIR = Path("tests/v1/attention")
@@ -166,15 +166,7 @@ def run_test_files(
         env = child_env("PYTEST_")
         env.update(PYTEST_DISABLE_PLUGIN_AUTOLOAD="1", CUDA_VISIBLE_DEVICES="", HIP_VISIBLE_DEVICES="")
         try:
-            proc = subprocess.run(
-                [sys.executable, "-m", "spec.realcode.shipped_tests"],
-                input=json.dumps(request),
-                capture_output=True,
-                text=True,
-                cwd=scratch,
-                env=env,
-                timeout=timeout,
-            )
+            proc = run_module("spec.realcode.shipped_tests", request, scratch, env, timeout)
         except subprocess.TimeoutExpired:
             raise ShippedTestsError(f"the shipped tests ran past {timeout:.0f}s") from None
         if not out.is_file():

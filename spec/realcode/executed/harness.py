@@ -103,6 +103,21 @@ def child_env(*dropped_prefixes: str) -> dict[str, str]:
     return env
 
 
+def run_module(
+    module: str, request: dict[str, Any], cwd: str, env: dict[str, str], timeout: float | None
+) -> subprocess.CompletedProcess:
+    """``python -m module`` in ``cwd``, handed the JSON request on stdin; its output kept as text."""
+    return subprocess.run(
+        [sys.executable, "-m", module],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
+    )
+
+
 def _run_child(
     code: ReleaseCode,
     shapes: list[Shape],
@@ -122,15 +137,7 @@ def _run_child(
     with tempfile.TemporaryDirectory(prefix="mla-spec-exec-") as scratch:
         env = child_env()
         env.setdefault("OMP_NUM_THREADS", "1")  # small tensors: one thread per child, children side by side
-        proc = subprocess.run(
-            [sys.executable, "-m", "spec.realcode.executed.child"],
-            input=json.dumps(request),
-            capture_output=True,
-            text=True,
-            cwd=scratch,
-            env=env,
-            timeout=timeout,
-        )
+        proc = run_module("spec.realcode.executed.child", request, scratch, env, timeout)
     rows, done = [], False
     for line in proc.stdout.splitlines():
         row = json.loads(line)

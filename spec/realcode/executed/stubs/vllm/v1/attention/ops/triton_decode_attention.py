@@ -90,6 +90,7 @@ def decode_attention_fwd_verify(
 ):
     """0.34.0 L1338 signature: causal verify, ``qlen`` tokens per request; recorded as
     ``decode_attention_fwd_verify``."""
+    args = dict(locals())  # every parameter by name, for the release's own op where it can run
     real = _real_module()
     recorder.vllm_triton_op(
         "decode_attention_fwd_verify",
@@ -106,24 +107,7 @@ def decode_attention_fwd_verify(
         varlen=real_seq_lens is not None,
         causal=True,
         tensors={"req_to_token": req_to_token, "seq_lens": seq_lens, "real_seq_lens": real_seq_lens},
-        real=None
-        if real is None
-        else lambda: real.decode_attention_fwd_verify(
-            q,
-            k_buffer,
-            v_buffer,
-            o,
-            lse,
-            req_to_token,
-            seq_lens,
-            real_seq_lens,
-            qlen,
-            attn_logits,
-            num_kv_splits,
-            sm_scale,
-            page_size,
-            k_scale=k_scale,
-        ),
+        real=None if real is None else lambda: real.decode_attention_fwd_verify(**args),
     )
 
 
