@@ -77,24 +77,22 @@ class Failure:
     message: Callable[[Any], str]  # the exception's text, with the call's values
 
 
-def _gluon(
-    kind: str,
-    label: str,
-    exception: type[BaseException],
-    fails: Callable[[GluonCall], Term],
-    message: Callable[[GluonCall], str],
-) -> Failure:
-    return Failure(kind, label, "gluon", exception, True, fails, message)
+def _refusal(where: str) -> Callable[..., Failure]:
+    """A maker of ``where``'s refusals (mla_gluon's asserts, AITER's ASM dispatch): conform's NO_KERNEL."""
+
+    def make(
+        kind: str,
+        label: str,
+        exception: type[BaseException],
+        fails: Callable[[Any], Term],
+        message: Callable[[Any], str],
+    ) -> Failure:
+        return Failure(kind, label, where, exception, True, fails, message)
+
+    return make
 
 
-def _asm(
-    kind: str,
-    label: str,
-    exception: type[BaseException],
-    fails: Callable[[AsmCall], Term],
-    message: Callable[[AsmCall], str],
-) -> Failure:
-    return Failure(kind, label, "asm", exception, True, fails, message)
+_gluon, _asm = _refusal("gluon"), _refusal("asm")
 
 
 VLLM_RAISES = Failure(
