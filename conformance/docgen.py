@@ -130,7 +130,8 @@ def cli_page() -> str:
         HEADER.format(what="the click commands in conformance/cli/"),
         "# Command line\n\n",
         f"{main.help}\n\nExit status: 0 all as expected; 1 an invariant violated (or a comparison "
-        "differs); 2 bad input, one line on stderr; 3 a verdict UNKNOWN and none violated.\n\n",
+        "differs); 2 bad input, one line on stderr; 3 a verdict UNKNOWN and none violated. Every command "
+        "takes `-h`/`--help`.\n\n",
     ]
     out += [
         f"- [`mla-spec {name}`](#mla-spec-{name}): {command(name).get_short_help_str(90)}\n"
@@ -146,7 +147,7 @@ def cli_page() -> str:
         out.append(f"{_plain(cmd.help)}\n\n| option | meaning |\n|---|---|\n")
         for param in cmd.get_params(sub):
             record = param.get_help_record(sub)
-            if record is None:
+            if record is None or param.name == "help":  # every command has -h/--help (said once, above)
                 continue
             flags, help_text = (part.replace("|", r"\|") for part in record)
             out.append(f"| `{flags}` | {help_text} |\n")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 
 from conformance import docgen
@@ -11,7 +12,20 @@ PAGES = sorted(docgen.DOCS.glob("**/*.md")) + [docgen.REPO / "README.md"]
 
 
 def test_generated_pages_and_output_blocks_are_what_docgen_writes_today():
-    assert not docgen.stale(), "run: python -m conformance.docgen"
+    fresh = docgen.pages()
+    stale = {path: text for path, text in fresh.items() if not path.exists() or path.read_text() != text}
+    diffs = [
+        "".join(
+            difflib.unified_diff(
+                path.read_text().splitlines(True) if path.exists() else [],
+                text.splitlines(True),
+                str(path),
+                "fresh",
+            )
+        )[:3000]
+        for path, text in stale.items()
+    ]
+    assert not stale, "run: python -m conformance.docgen\n" + "\n".join(diffs)
 
 
 def test_a_stale_output_block_is_found(tmp_path, monkeypatch):
