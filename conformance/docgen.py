@@ -147,7 +147,7 @@ def cli_page() -> str:
         out.append(f"{_plain(cmd.help)}\n\n| option | meaning |\n|---|---|\n")
         for param in cmd.get_params(sub):
             record = param.get_help_record(sub)
-            if record is None or param.name == "help":  # every command has -h/--help (said once, above)
+            if record is None or param is cmd.get_help_option(sub):  # -h/--help: said once, above
                 continue
             flags, help_text = (part.replace("|", r"\|") for part in record)
             out.append(f"| `{flags}` | {help_text} |\n")
