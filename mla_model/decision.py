@@ -64,5 +64,6 @@ def decide(revision: Revision, registry: Registry, s: Any) -> Decision:
             kernel_kv_dtype(s),
             route.decode_heads,
             route.gluon_batch_is_one,
+            s.kv_cache_bytes,
         ),
     )

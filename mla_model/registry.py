@@ -84,6 +84,7 @@ class Registry:
     gluon_arch: str
     gluon_max_heads: int
     gluon_fp8_batched: bool
+    gluon_max_kv_cache_bytes: int  # past this, one layer's KV is read out of range (sources §47)
     kernels: tuple[KernelRow, ...]
 
     @property
@@ -127,6 +128,7 @@ def parse_registry(data: dict[str, Any]) -> Registry:
         gluon_arch=gluon["arch"],
         gluon_max_heads=int(gluon["max_heads"]),
         gluon_fp8_batched=bool(gluon["fp8_batched"]),
+        gluon_max_kv_cache_bytes=int(gluon["max_kv_cache_bytes"]),
         kernels=tuple(KernelRow(**{**row, "cprr": row.get("cprr", 0)}) for row in data["kernel"]),
     )
 
@@ -327,6 +329,7 @@ class GluonCheck:
     dtype_ok: Term  # bf16 KV (bh16bn64) or fp8 e4m3fn KV (bh16bn128) with a bf16 query
     batch_ok: Term  # bh16bn128 asserts batch_size == 1 before aiter #4480
     serves_fp8: Term  # fp8 KV is read correctly at this batch (dtype and batch both ok)
+    kv_in_bounds: Term  # the layer's KV cache is within the addressing bound (else read out of range)
 
     @property
     def runs(self) -> Term:
@@ -334,7 +337,14 @@ class GluonCheck:
 
 
 def gluon_check(
-    reg: Registry, arch: Term, gluon_build: Term, q: Term, kv: Term, heads: Term, batch_is_one: Term
+    reg: Registry,
+    arch: Term,
+    gluon_build: Term,
+    q: Term,
+    kv: Term,
+    heads: Term,
+    batch_is_one: Term,
+    kv_cache_bytes: Term = 0,  # one layer's KV cache; 0: unknown (vLLM lets Gluon run while profiling)
 ) -> GluonCheck:
     fp8_kv = eq(kv, "fp8")
     dtype_ok = all_of(eq(q, "bf16"), is_in(kv, ("bf16", "fp8")))
@@ -346,4 +356,5 @@ def gluon_check(
         dtype_ok=dtype_ok,
         batch_ok=batch_ok,
         serves_fp8=all_of(eq(q, "bf16"), batch_ok),
+        kv_in_bounds=kv_cache_bytes <= reg.gluon_max_kv_cache_bytes,
     )

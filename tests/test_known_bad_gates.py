@@ -13,7 +13,7 @@ import dataclasses
 import pytest
 
 from mla_model.logic import choose, eq
-from mla_model.revisions import main_pre_51011, vllm_027, vllm_028
+from mla_model.revisions import dcp_era, main_pre_51011, vllm_027, vllm_028, vllm_031
 from mla_model.revisions.base import whitelist_mtp_decode_qlen
 from mla_model.shape import KV_CACHE_DTYPES
 from spec.proof.invariants import INVARIANT_BY_ID, INVARIANTS
@@ -21,8 +21,15 @@ from spec.proof.prover import PROVED, VIOLATED, check
 
 _verify_028 = vllm_028.use_gluon_verify
 
-# invariant -> (module, attribute, replacement): the one-line edit that breaks it
+# invariant -> (module, attribute, replacement[, the revision's module when the gate lives in a shared
+# module]): the one-line edit that breaks it
 KNOWN_BAD = {
+    "gluon-kv-in-bounds": (
+        dcp_era,
+        "_gluon_kv_cache_in_bounds",  # 0.31's 2 GiB guard dropped
+        lambda f, kv_cache_bytes: True,
+        vllm_031,
+    ),
     "fp8-never-reaches-gluon": (
         vllm_028,
         "use_gluon_decode",  # the #51011 dtype guard dropped
@@ -66,9 +73,9 @@ def test_every_invariant_has_a_known_bad_gate():
 
 @pytest.mark.parametrize("invariant_id", sorted(KNOWN_BAD))
 def test_known_bad_gate_is_violated(invariant_id, monkeypatch):
-    module, attribute, replacement = KNOWN_BAD[invariant_id]
+    module, attribute, replacement, *owner = KNOWN_BAD[invariant_id]
     monkeypatch.setattr(module, attribute, replacement)
-    bad = dataclasses.replace(module.REVISION, id=f"known-bad:{invariant_id}")
+    bad = dataclasses.replace((owner or [module])[0].REVISION, id=f"known-bad:{invariant_id}")
     result = check(bad, "aiter-0.1.19", INVARIANT_BY_ID[invariant_id], max_classes=2)
     assert result.verdict == VIOLATED, invariant_id
 

@@ -135,3 +135,24 @@ def test_an_unknown_verdict_exits_3(solver_gives_up):
     assert out.returncode == 3, out.stdout + out.stderr
     (r,) = json.loads(out.stdout)["results"]
     assert r["verdict"] == "UNKNOWN" and r["reason"] and not r["counterexamples"]
+
+
+@pytest.mark.parametrize(
+    "revision_id",
+    [
+        "vllm-0.27",
+        "main-pre-51011",
+        "vllm-0.28",
+        "vllm-0.29",
+        "vllm-0.30",
+        "vllm-0.31",
+        "vllm-0.33",
+        "vllm-0.34",
+    ],
+)
+def test_the_gluon_kv_bound_is_proved_exactly_where_vllm_checks_the_cache_size(revision_id, registry):
+    """vLLM refuses Gluon above 2 GiB per layer from 0.31.0 on; earlier revisions let it read out of range."""
+    r = result(revision_id, registry, "gluon-kv-in-bounds")
+    guarded = revision_id in ("vllm-0.31", "vllm-0.33", "vllm-0.34")
+    assert r.verdict == (PROVED if guarded else VIOLATED)
+    assert all(c.shape.kv_cache_bytes > 2**31 for c in r.counterexamples)

@@ -89,6 +89,10 @@ def _head_padding_round_trips(d: Decision) -> Term:
     return implies(d.on_asm, d.route.padded_q_heads == d.route.request.padded_heads)
 
 
+def _gluon_kv_in_bounds(d: Decision) -> Term:
+    return implies(d.on_gluon, d.gluon.kv_in_bounds)
+
+
 def _total(d: Decision) -> Term:
     return all_of(
         not_(d.route.vllm_raises),
@@ -159,6 +163,13 @@ def _gluon_batch(d: Decision, reg: Registry) -> str:
 
 def _both_gluon(d: Decision, reg: Registry) -> str:
     return "use_gluon_decode and use_gluon_verify both true"
+
+
+def _kv_past_bound(d: Decision, reg: Registry) -> str:
+    return (
+        f"{d.route.path} reads a {d.shape.kv_cache_bytes:,}-byte layer KV cache; aiter {reg.aiter_version}'s "
+        f"mla_gluon addresses {reg.gluon_max_kv_cache_bytes:,} bytes correctly"
+    )
 
 
 def _padding_wrong(d: Decision, reg: Registry) -> str:
@@ -299,6 +310,21 @@ INVARIANTS: tuple[Invariant, ...] = (
         holds=_head_padding_round_trips,
         detail=_padding_wrong,
         anchor="def get_mla_padded_q",
+        view=("arch", "path"),
+    ),
+    Invariant(
+        id="gluon-kv-in-bounds",
+        statement="A step reaches a Gluon kernel only when one layer's KV cache fits the kernel's addressing "
+        "bound (2 GiB in every modelled AITER).",
+        why="Past 2 GiB mla_gluon's KV loads overflow 32-bit offsets (aiter 0.1.19) or run unmasked past the "
+        "split's end (0.1.20); vLLM checks the size only from 0.31.0 on.",
+        symptom="silently wrong attention on Gluon for a large per-layer KV cache (long contexts, many "
+        "blocks): no error, garbage tokens",
+        source="ROCm/aiter #4474; aiter mla_gluon.py WITHIN_2GB; vLLM 0.31.0 _gluon_kv_cache_in_bounds "
+        "(sources §12, §47)",
+        holds=_gluon_kv_in_bounds,
+        detail=_kv_past_bound,
+        anchor="def use_gluon_decode",
         view=("arch", "path"),
     ),
     Invariant(
