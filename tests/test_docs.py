@@ -82,3 +82,24 @@ def test_every_relative_link_and_anchor_resolves():
             ):
                 broken.append(f"{page.relative_to(docgen.REPO)}: {target}")
     assert not broken
+
+
+def test_the_readme_says_truly_why_the_first_command_exits_1():
+    """README: every revision violates kernel-exists, total and gluon-only-where-built; the pre-fix ones also
+    a #51011 property; 0.28-0.30 also gluon-kv-in-bounds."""
+    from mla_model.revisions import REVISIONS
+    from spec.proof.invariants import INVARIANT_BY_ID
+    from spec.proof.prover import VIOLATED, check
+
+    text = (docgen.REPO / "README.md").read_text()
+    assert "every revision `kernel-exists`, `total` and\n`gluon-only-where-built`" in text
+    for revision in REVISIONS:
+        for inv in ("kernel-exists", "total", "gluon-only-where-built"):
+            assert check(revision, "aiter-0.1.20", INVARIANT_BY_ID[inv], max_classes=1).verdict == VIOLATED
+        pre_fix = revision in ("vllm-0.27", "main-pre-51011")
+        violated_51011 = any(
+            check(revision, "aiter-0.1.20", i, max_classes=1).verdict == VIOLATED
+            for i in INVARIANT_BY_ID.values()
+            if i.pr_51011
+        )
+        assert violated_51011 == pre_fix, revision
