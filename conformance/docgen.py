@@ -119,6 +119,9 @@ def _registry_section(reg: Registry) -> str:
         "| arch | q | kv | mode | rows |\n|---|---|---|---|---|\n",
     ]
     lines += [f"| {a} | {q} | {kv} | {mode} | {n} |\n" for (a, q, kv, mode), n in sorted(rows.items())]
+    lines.append("\nKernels and paths that run but return wrong output (`no-known-wrong-kernel`):\n\n")
+    lines.append("| what | effect | status | source |\n|---|---|---|---|\n")
+    lines += [f"| {w.what} | {w.effect} | {w.status} | {w.source} |\n" for w in reg.known_wrong]
     return "".join(lines)
 
 

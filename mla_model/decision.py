@@ -8,7 +8,7 @@ from typing import Any
 from mla_model.derived import kernel_kv_dtype
 from mla_model.failures import AsmCall, GluonCall
 from mla_model.logic import Term, is_in
-from mla_model.registry import AsmLookup, GluonCheck, Registry, asm_lookup, gluon_check
+from mla_model.registry import AsmLookup, GluonCheck, Registry, asm_lookup, gluon_check, known_wrong_matches
 from mla_model.revisions.base import Revision
 from mla_model.route import ASM_PATHS, GLUON_PATHS, Route
 
@@ -21,6 +21,9 @@ class Decision:
     route: Route
     asm: AsmLookup
     gluon: GluonCheck
+    known_wrong: tuple[
+        Term, ...
+    ] = ()  # per registry entry of known-wrong kernels: the ASM request lands on it
 
     @property
     def on_gluon(self) -> Term:
@@ -52,10 +55,11 @@ class Decision:
 
 def decide(revision: Revision, registry: Registry, s: Any) -> Decision:
     route = revision.route(s, registry)
+    asm = asm_lookup(registry, s.arch, route.request, s.num_reqs)
     return Decision(
         shape=s,
         route=route,
-        asm=asm_lookup(registry, s.arch, route.request, s.num_reqs),
+        asm=asm,
         gluon=gluon_check(
             registry,
             s.arch,
@@ -66,4 +70,5 @@ def decide(revision: Revision, registry: Registry, s: Any) -> Decision:
             route.gluon_batch_is_one,
             s.kv_cache_bytes,
         ),
+        known_wrong=tuple(known_wrong_matches(registry, s.arch, route.request, asm)),
     )

@@ -69,6 +69,23 @@ class NativeRule:
 
 
 @dataclass(frozen=True)
+class KnownWrong:
+    """An ASM kernel or path that runs but returns wrong output (sources §48): it matches a request when
+    every field it names matches; ``status`` says whether the fault is reported or verified."""
+
+    what: str
+    effect: str  # what the wrong output looks like, as measured by the report
+    status: str  # "reported" (a report, not reproduced here) or "verified"
+    source: str
+    arch: tuple[str, ...] = ()
+    q: str | None = None
+    kv: str | None = None
+    persistent: bool | None = None  # after AITER's own persistent-mode decision
+    kernel: str | None = None  # the code object the request resolves to
+    qlen: tuple[int, ...] = ()  # the kernel_qlen vLLM passes
+
+
+@dataclass(frozen=True)
 class Registry:
     id: str
     aiter_version: str
@@ -86,6 +103,7 @@ class Registry:
     gluon_fp8_batched: bool
     gluon_max_kv_cache_bytes: int  # past this, one layer's KV is read out of range (sources §47)
     kernels: tuple[KernelRow, ...]
+    known_wrong: tuple[KnownWrong, ...] = ()
 
     @property
     def block_n_keys(self) -> tuple[int, ...]:
@@ -130,6 +148,10 @@ def parse_registry(data: dict[str, Any]) -> Registry:
         gluon_fp8_batched=bool(gluon["fp8_batched"]),
         gluon_max_kv_cache_bytes=int(gluon["max_kv_cache_bytes"]),
         kernels=tuple(KernelRow(**{**row, "cprr": row.get("cprr", 0)}) for row in data["kernel"]),
+        known_wrong=tuple(
+            KnownWrong(**{**w, "arch": tuple(w.get("arch", ())), "qlen": tuple(w.get("qlen", ()))})
+            for w in data.get("known_wrong", ())
+        ),
     )
 
 
@@ -358,3 +380,27 @@ def gluon_check(
         serves_fp8=all_of(eq(q, "bf16"), batch_ok),
         kv_in_bounds=kv_cache_bytes <= reg.gluon_max_kv_cache_bytes,
     )
+
+
+# --- kernels that run but return wrong output -------------------------------------------------------
+
+
+def known_wrong_matches(reg: Registry, arch: Term, req: KernelRequest, lookup: AsmLookup) -> list[Term]:
+    """Per entry of ``reg.known_wrong``: the request runs (a kernel takes it) and lands on that entry."""
+    out = []
+    for w in reg.known_wrong:
+        terms = [lookup.kernel_ok]
+        if w.arch:
+            terms.append(is_in(arch, w.arch))
+        if w.q is not None:
+            terms.append(eq(req.q_dtype, w.q))
+        if w.kv is not None:
+            terms.append(eq(req.kv_dtype, w.kv))
+        if w.persistent is not None:
+            terms.append(lookup.persistent if w.persistent else not_(lookup.persistent))
+        if w.qlen:
+            terms.append(is_in(req.kernel_qlen, w.qlen))
+        if w.kernel is not None:
+            terms.append(eq(resolved_kernel(reg, arch, req, lookup), w.kernel))
+        out.append(all_of(*terms))
+    return out

@@ -86,7 +86,7 @@ def test_every_relative_link_and_anchor_resolves():
 
 def test_the_readme_says_truly_why_the_first_command_exits_1():
     """README: every revision violates kernel-exists, total and gluon-only-where-built; the pre-fix ones also
-    a #51011 property; 0.28-0.30 also gluon-kv-in-bounds."""
+    a #51011 property; 0.28-0.30 also gluon-kv-in-bounds; all but 0.34 no-known-wrong-kernel."""
     from mla_model.revisions import REVISIONS
     from spec.proof.invariants import INVARIANT_BY_ID
     from spec.proof.prover import VIOLATED, check
@@ -103,3 +103,5 @@ def test_the_readme_says_truly_why_the_first_command_exits_1():
             if i.pr_51011
         )
         assert violated_51011 == pre_fix, revision
+        known_wrong = check(revision, "aiter-0.1.20", INVARIANT_BY_ID["no-known-wrong-kernel"], max_classes=1)
+        assert (known_wrong.verdict == VIOLATED) == (revision != "vllm-0.34"), revision

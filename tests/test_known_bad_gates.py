@@ -13,7 +13,7 @@ import dataclasses
 import pytest
 
 from mla_model.logic import choose, eq
-from mla_model.revisions import dcp_era, main_pre_51011, vllm_027, vllm_028, vllm_031
+from mla_model.revisions import dcp_era, main_pre_51011, vllm_027, vllm_028, vllm_031, vllm_034
 from mla_model.revisions.base import whitelist_mtp_decode_qlen
 from mla_model.shape import KV_CACHE_DTYPES
 from spec.proof.invariants import INVARIANT_BY_ID, INVARIANTS
@@ -24,6 +24,12 @@ _verify_028 = vllm_028.use_gluon_verify
 # invariant -> (module, attribute, replacement[, the revision's module when the gate lives in a shared
 # module]): the one-line edit that breaks it
 KNOWN_BAD = {
+    "no-known-wrong-kernel": (
+        dcp_era,
+        "_asm_causal_verify_unsupported",  # 0.34 without its CDNA3 Triton verify: aiter #5679's kernel
+        lambda *args: False,
+        vllm_034,
+    ),
     "gluon-kv-in-bounds": (
         dcp_era,
         "_gluon_kv_cache_in_bounds",  # 0.31's 2 GiB guard dropped

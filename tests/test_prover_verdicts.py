@@ -156,3 +156,20 @@ def test_the_gluon_kv_bound_is_proved_exactly_where_vllm_checks_the_cache_size(r
     guarded = revision_id in ("vllm-0.31", "vllm-0.33", "vllm-0.34")
     assert r.verdict == (PROVED if guarded else VIOLATED)
     assert all(c.shape.kv_cache_bytes > 2**31 for c in r.counterexamples)
+
+
+def test_kimi_k3_tp8_fp8_lands_on_the_known_wrong_non_persistent_path_before_51011_only():
+    """The GSM8K measurement of #51011: 12 heads per rank (not a divisor of 16: never Gluon decode), fp8 KV,
+    gfx950, a one-token decode step: padded ASM without persistent metadata before the fix."""
+    from mla_model.decision import decide
+    from mla_model.registry import load_registry
+    from mla_model.revisions import REVISIONS
+    from mla_model.shape import Shape
+    from spec.proof.invariants import INVARIANT_BY_ID
+
+    inv, reg = INVARIANT_BY_ID["no-known-wrong-kernel"], load_registry("aiter-0.1.20")
+    kimi = Shape(arch="gfx950", kv_cache_dtype="fp8", num_heads=12, max_qo_len=1)
+    before, after = (decide(REVISIONS[r], reg, kimi) for r in ("main-pre-51011", "vllm-0.28"))
+    assert before.route.path == "asm_nonpersistent" and not inv.holds(before)
+    assert "non-persistent fp8 ASM decode" in inv.describe(before, reg)
+    assert after.route.path == "asm_persistent" and inv.holds(after)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from mla_model.decision import Decision
 from mla_model.derived import is_quantized_kv_cache
 from mla_model.failures import ASM_FAILURES, GLUON_FAILURES, first_failure, first_of
-from mla_model.logic import Term, all_of, iff, implies, is_in, not_
+from mla_model.logic import Term, all_of, any_of, iff, implies, is_in, not_
 from mla_model.registry import Registry
 from mla_model.route import ASM_PATHS
 
@@ -91,6 +91,10 @@ def _head_padding_round_trips(d: Decision) -> Term:
 
 def _gluon_kv_in_bounds(d: Decision) -> Term:
     return implies(d.on_gluon, d.gluon.kv_in_bounds)
+
+
+def _no_known_wrong_kernel(d: Decision) -> Term:
+    return implies(d.on_asm, not_(any_of(*d.known_wrong)))
 
 
 def _total(d: Decision) -> Term:
@@ -169,6 +173,13 @@ def _kv_past_bound(d: Decision, reg: Registry) -> str:
     return (
         f"{d.route.path} reads a {d.shape.kv_cache_bytes:,}-byte layer KV cache; aiter {reg.aiter_version}'s "
         f"mla_gluon addresses {reg.gluon_max_kv_cache_bytes:,} bytes correctly"
+    )
+
+
+def _lands_on_known_wrong(d: Decision, reg: Registry) -> str:
+    hit = [w for w, matched in zip(reg.known_wrong, d.known_wrong, strict=True) if matched]
+    return "; ".join(
+        f"{d.route.path} runs {w.what}: {w.effect} (aiter {reg.aiter_version}, {w.status})" for w in hit
     )
 
 
@@ -326,6 +337,20 @@ INVARIANTS: tuple[Invariant, ...] = (
         detail=_kv_past_bound,
         anchor="def use_gluon_decode",
         view=("arch", "path"),
+    ),
+    Invariant(
+        id="no-known-wrong-kernel",
+        statement="No ASM route lands on a kernel or path the registry lists as running but returning wrong "
+        "output.",
+        why="Some AITER kernels run without an error and return wrong numbers; the registry lists each with "
+        "its source and whether the fault is reported or verified.",
+        symptom="silently wrong output, no error: each registry entry carries what its report measured "
+        "(for the non-persistent fp8 path, #51011's GSM8K fall)",
+        source="vLLM #51011; ROCm/aiter #5679 (sources §48)",
+        holds=_no_known_wrong_kernel,
+        detail=_lands_on_known_wrong,
+        anchor="def _build_decode",
+        view=("arch", "q_dtype", "kv", "path"),
     ),
     Invariant(
         id="total",
