@@ -203,8 +203,8 @@ INVARIANTS: tuple[Invariant, ...] = (
         "batch with a bf16 query and vLLM hands it the cache's KV scale.",
         why="Gluon's bh16 regimes read fp8 KV only with a bf16 query, batch 1 before aiter #4480, and every "
         "shipped vLLM passes kv_scale=1.0 to Gluon, so an fp8 cache there is read unscaled.",
-        symptom="silent NaN / degenerate tokens: Kimi-K3 fp8 KV GSM8K fell from 97.19% to 74.00% "
-        "(285/1319 answers one repeated token) before #51011",
+        symptom="silently wrong attention: the fp8 cache read with kv_scale=1.0 (off by the cache's scale), "
+        "or, batched before aiter #4480, an AssertionError in mla_gluon",
         source="vLLM #51011 (sources §45 test_fp8_never_routes_to_gluon); "
         "aiter mla_gluon.py bh16bn128 (sources §41-§42)",
         holds=_fp8_never_reaches_gluon,
