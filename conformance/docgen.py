@@ -44,16 +44,17 @@ def invariants_page() -> str:
         "Each invariant is one entry of the catalogue in `spec/proof/invariants.py`, a formula over (shape, "
         "route, registry) that the prover (z3), the brute-force sweep (numpy) and the re-execution of "
         "counterexamples (Python) evaluate alike. A check fails when some shape the engine accepts (the "
-        "revision's validity rules, `mla-spec list`) breaks it. **#51011** marks the properties vLLM PR "
-        "#51011 set out to establish. The *view* is what tells two counterexample classes apart; heads, "
-        "qlen and speculative tokens never do (within a class the smallest are shown). Sources are entries "
-        "of [docs/sources.md](../sources.md).\n\n",
-        "| invariant | #51011 | view | SARIF points at | its counterexamples become cases |\n",
-        "|---|---|---|---|---|\n",
+        "revision's validity rules, `mla-spec list`) breaks it; an invariant of level *warning* marks a "
+        "cost, not a fault, and is reported without changing the exit status. **#51011** marks the "
+        "properties vLLM PR #51011 set out to establish. The *view* is what tells two counterexample "
+        "classes apart; heads, qlen and speculative tokens never do (within a class the smallest are "
+        "shown). Sources are entries of [docs/sources.md](../sources.md).\n\n",
+        "| invariant | level | #51011 | view | SARIF points at | its counterexamples become cases |\n",
+        "|---|---|---|---|---|---|\n",
     ]
     out += [
-        f"| [`{i.id}`](#{slug(_heading(i))}) | {'yes' if i.pr_51011 else ''} | {', '.join(i.view)} "
-        f"| `{i.anchor}` | "
+        f"| [`{i.id}`](#{slug(_heading(i))}) | {i.level} | {'yes' if i.pr_51011 else ''} "
+        f"| {', '.join(i.view)} | `{i.anchor}` | "
         f"{'yes' if i.makes_cases else 'no (its classes are the others)'} |\n"
         for i in INVARIANTS
     ]
@@ -74,9 +75,13 @@ def _linked(text: str) -> str:
         int(m.group(1)): slug(m.group(0).lstrip("# "))
         for m in re.finditer(r"^## §(\d+)\b.*$", (DOCS / "sources.md").read_text(), re.M)
     }
+
+    def link(n: str) -> str:
+        return f"[§{n}](../sources.md#{headings.get(int(n), '')})"
+
     return re.sub(
-        r"sources §(\d+)",
-        lambda m: f"[sources §{m.group(1)}](../sources.md#{headings.get(int(m.group(1)), '')})",
+        r"sources (§\d+(?:[-–, ]+§\d+)*)",
+        lambda m: "sources " + re.sub(r"§(\d+)", lambda k: link(k.group(1)), m.group(1)),
         text,
     )
 

@@ -300,7 +300,8 @@ class ResultsLog:
         self._checked_tail = False
 
     def records(self) -> Iterator[dict[str, Any]]:
-        """Every complete record, read line by line (a line cut short by an interrupted run is skipped)."""
+        """Every complete record, read line by line (a line cut short by an interrupted run is skipped, and so
+        is a line that is not a result: its case runs again)."""
         if not self.path.exists():
             return
         with self.path.open(encoding="utf-8", errors="replace") as f:
@@ -311,7 +312,7 @@ class ResultsLog:
                     record = json.loads(line)
                 except json.JSONDecodeError:
                     continue
-                if isinstance(record, dict):
+                if is_result(record):
                     yield record
 
     def _drop_torn_tail(self) -> None:
@@ -350,6 +351,18 @@ class ResultsLog:
             os.write(fd, line)
         finally:
             os.close(fd)
+
+
+def is_result(record: Any) -> bool:
+    """A record that a resume and a report can read: its case's key, its verdict and its route path as
+    strings, its times as numbers (what :func:`run_case` writes; not so a hand-edited or foreign line)."""
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
+    return (
+        isinstance(record, dict)
+        and all(isinstance(record.get(k), str) for k in ("key", "status", "path"))
+        and all(number(record.get(k)) for k in ("t_case_s", "finished_at"))
+        and all(number(record[k]) for k in ("t_kernel_ms", "t_reference_ms") if k in record)
+    )
 
 
 def _plain(value: Any) -> Any:

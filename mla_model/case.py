@@ -56,6 +56,10 @@ class Case:
         )
         if missing:
             raise ValueError(f"case {data.get('id', '?')!r} lacks {', '.join(missing)}")
+        # The JSON type of each field, so that a hand-edited line is refused here, naming it, not later.
+        for key, kind, noun in _FIELD_TYPES:
+            if not isinstance(data[key], kind) or isinstance(data[key], bool):
+                raise ValueError(f"case {data['id']!r}: {key} {data[key]!r} is not {noun}")
         return cls(
             data["id"],
             Shape.from_json(data["shape"]),
@@ -63,8 +67,18 @@ class Case:
             data["origin"],
             data["revision"],
             data["registry"],
-            int(data["seed"]),
+            data["seed"],
         )
+
+
+_FIELD_TYPES = (
+    ("id", str, "a string"),
+    ("expected_route", dict, "an object"),
+    ("origin", str, "a string"),
+    ("revision", str, "a string"),
+    ("registry", str, "a string"),
+    ("seed", int, "an integer"),
+)
 
 
 def expected_route(revision: Revision, registry: Registry, shape: Shape) -> dict[str, Any]:

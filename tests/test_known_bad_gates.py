@@ -24,6 +24,8 @@ _verify_028 = vllm_028.use_gluon_verify
 # invariant -> (module, attribute, replacement[, the revision's module when the gate lives in a shared
 # module]): the one-line edit that breaks it
 KNOWN_BAD = {
+    # A warning: every revision that builds persistent metadata for gfx950 bf16 batches already hits it.
+    "persistent-metadata-used": (vllm_028, "ASM_PADDED_MAX_PS_QLEN", 8),
     "no-known-wrong-kernel": (
         dcp_era,
         "_asm_causal_verify_unsupported",  # 0.34 without its CDNA3 Triton verify: aiter #5679's kernel

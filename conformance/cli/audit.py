@@ -9,9 +9,10 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from conformance.cli.errors import EXIT_VIOLATED, BadInput, exit_for
+from conformance.cli.errors import EXIT_VIOLATED, BadInput, exit_for_checks
 from conformance.cli.options import (
     invariant_option,
     load_revision,
@@ -76,7 +77,7 @@ def audit_command(releases, registries, invariants, fmt, max_classes, timeout, c
         _table(results, executed)
     if disagree:
         sys.exit(EXIT_VIOLATED)
-    exit_for(r.verdict for r in results)
+    exit_for_checks(results)
 
 
 def _executed(releases: tuple[str, ...], count: int) -> dict[str, Any]:
@@ -97,7 +98,8 @@ def _table(results: list[Any], executed: dict[str, Any]) -> None:
     table.add_column("invariant", style="bold", no_wrap=True)
     for rev, reg in labels:
         table.add_column(
-            rev.replace("vllm==", "") + ("" if len({g for _, g in labels}) == 1 else f"\n{reg}"), no_wrap=True
+            escape(rev.replace("vllm==", "")) + ("" if len({g for _, g in labels}) == 1 else f"\n{reg}"),
+            no_wrap=True,
         )
     by_key = {(r.revision, r.registry, r.invariant): r for r in results}
     for inv in dict.fromkeys(r.invariant for r in results):

@@ -8,6 +8,7 @@ import sys
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from conformance.cli.errors import EXIT_OK, EXIT_UNKNOWN, EXIT_VIOLATED, BadInput
@@ -58,7 +59,7 @@ def bind_command(spec, revision, fmt, no_symbolic, count) -> None:
         )
     else:
         console = Console(highlight=False)
-        table = Table(title=f"mla-spec bind: {label} against the model revision {model_id}")
+        table = Table(title=f"mla-spec bind: {escape(label)} against the model revision {model_id}")
         for col in ("function", "method", "verdict", "points", "seconds"):
             table.add_column(col, no_wrap=True)
         for r in rows:

@@ -7,7 +7,7 @@ import json
 import click
 from rich.console import Console
 
-from conformance.cli.errors import exit_for
+from conformance.cli.errors import exit_for_checks
 from conformance.cli.options import (
     invariant_option,
     load_revision,
@@ -71,4 +71,4 @@ def report(results: list[CheckResult], fmt: str) -> None:
         click.echo(check_report(results, shape_summary))
     else:
         check_table(results, Console(highlight=False))
-    exit_for(r.verdict for r in results)
+    exit_for_checks(results)

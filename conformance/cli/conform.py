@@ -31,6 +31,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -119,7 +120,7 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
         "median_kernel_ms": statistics.median(kernel) if kernel else None,
         "median_reference_ms": statistics.median(reference) if reference else None,
         "reference_over_kernel": (statistics.median(reference) / statistics.median(kernel))
-        if kernel
+        if kernel and statistics.median(kernel) > 0
         else None,
         "not_passed": [
             {k: r.get(k) for k in ("key", "status", "path", "detail")}
@@ -136,19 +137,20 @@ def _print_summary(summary: dict[str, Any], backend: str, console: Console) -> N
     for s in shown:
         table.add_column(s, justify="right")
     for path, counts in summary["by_path"].items():
-        table.add_row(path, *[str(counts.get(s, "")) for s in shown])
+        table.add_row(escape(path), *[str(counts.get(s, "")) for s in shown])
     table.add_row("all", *[str(summary["statuses"].get(s, "")) for s in shown], style="bold")
     console.print(table)
     if summary["cases_per_minute"]:
         console.print(f"{summary['cases']} cases, {summary['cases_per_minute']:.0f} cases/min")
     if summary["median_kernel_ms"] is not None:
+        ratio = summary["reference_over_kernel"]
         console.print(
             f"median time per case: kernel {summary['median_kernel_ms']:.3f} ms, "
-            f"reference {summary['median_reference_ms']:.3f} ms "
-            f"({summary['reference_over_kernel']:.1f}x)"
+            f"reference {summary['median_reference_ms']:.3f} ms" + (f" ({ratio:.1f}x)" if ratio else "")
         )
     for r in summary["not_passed"][:20]:
-        console.print(f"[red]{r['status']}[/] {r['key']} ({r['path']}): {r['detail']}", soft_wrap=True)
+        what = escape(f"{r['key']} ({r['path']}): {r['detail']}")
+        console.print(f"[red]{escape(r['status'])}[/] {what}", soft_wrap=True)
     if len(summary["not_passed"]) > 20:
         console.print(f"... and {len(summary['not_passed']) - 20} more in the results file")
 
@@ -234,7 +236,10 @@ def conform_command(
             f"--cases {cases_path}: {len(twice)} case(s) appear more than once (first: {twice[0]}); "
             "a results file keeps one record per case"
         )
-    stale = stale_cases(cases)
+    try:
+        stale = stale_cases(cases)
+    except KeyError as e:  # a case of a revision or registry that mla-spec does not know
+        raise BadInput(f"{cases_path}: {e.args[0]}") from None
     if stale:
         raise BadInput(
             f"{cases_path}: {len(stale)} case(s) no longer have their pinned route (first: {stale[0]}); "
@@ -242,6 +247,12 @@ def conform_command(
         )
     if out is None:
         out = Path(tempfile.mkdtemp(prefix="mla-conform-")) / "results.jsonl"
+    elif out.name in ("", ".", "..") or out.is_dir():
+        raise BadInput(f"--out {out}: a folder; name the results file")
+    try:  # before the progress bar, so a refusal stays one line
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise BadInput(f"--out {out}: cannot create its folder: {e.strerror or e}") from None
     keys = {case_key(c) for c in cases}
     cmd = _pytest_command(
         backend, cases_path.resolve(), out.resolve(), device, fault, kv_len, full_context, workers, vllm

@@ -25,6 +25,7 @@ class OneLineErrors(click.Group):
     """Every usage error becomes one line on stderr and exit status 2; so does unwritable output."""
 
     def main(self, args: Any = None, prog_name: str | None = None, **kwargs: Any) -> Any:
+        _keep_odd_names_printable()
         try:
             result = super().main(args=args, prog_name=prog_name, standalone_mode=False, **kwargs)
             sys.stdout.flush()
@@ -50,6 +51,13 @@ class OneLineErrors(click.Group):
             sys.exit(EXIT_BAD_INPUT if isinstance(e, (click.UsageError, BadInput)) else e.exit_code)
 
 
+def _keep_odd_names_printable() -> None:
+    """A path given in an undecodable encoding (argv's surrogate escapes) is echoed back, not a traceback:
+    stdout escapes what it cannot encode, as stderr always does (a UTF-8 locale's stdout is strict)."""
+    if getattr(sys.stdout, "errors", None) == "strict" and hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(errors="backslashreplace")
+
+
 def _silence_stdout() -> None:
     """Drop what could not be written, so the interpreter's own flush at exit does not fail again."""
     import os
@@ -64,3 +72,15 @@ def exit_for(verdicts: Iterable[str]) -> None:
     """Exit 1 if anything is violated, else 3 if anything is unknown, else 0."""
     seen = set(verdicts)
     sys.exit(EXIT_VIOLATED if VIOLATED in seen else EXIT_UNKNOWN if UNKNOWN in seen else EXIT_OK)
+
+
+def exit_for_checks(results: Iterable[Any]) -> None:
+    """:func:`exit_for` over check results, where a violated warning-level invariant (a cost, not a fault)
+    does not count; its UNKNOWN still does (a timeout is never a pass)."""
+    from spec.proof.invariants import INVARIANT_BY_ID
+
+    exit_for(
+        r.verdict
+        for r in results
+        if not (r.verdict == VIOLATED and INVARIANT_BY_ID[r.invariant].level == "warning")
+    )

@@ -40,6 +40,9 @@ class Invariant:
     view: tuple[str, ...] = ("arch", "q_dtype", "kv", "path")  # what tells counterexample classes apart
     pr_51011: bool = False
     makes_cases: bool = True  # its counterexamples become test cases (False: its classes are others')
+    # "error": a violation is a fault (check exits 1); "warning": it costs performance, not correctness
+    # (reported in text, SARIF and JUnit, the exit status unchanged)
+    level: str = "error"
 
     def describe(self, d: Decision, registry: Registry) -> str:
         """The sentence check and explain print for one concrete violation: the detail, then the symptom."""
@@ -95,6 +98,10 @@ def _gluon_kv_in_bounds(d: Decision) -> Term:
 
 def _no_known_wrong_kernel(d: Decision) -> Term:
     return implies(d.on_asm, not_(any_of(*d.known_wrong)))
+
+
+def _persistent_metadata_used(d: Decision) -> Term:
+    return implies(all_of(d.on_asm, d.route.use_persistent_metadata), d.asm.persistent)
 
 
 def _total(d: Decision) -> Term:
@@ -180,6 +187,14 @@ def _lands_on_known_wrong(d: Decision, reg: Registry) -> str:
     hit = [w for w, matched in zip(reg.known_wrong, d.known_wrong, strict=True) if matched]
     return "; ".join(
         f"{d.route.path} runs {w.what}: {w.effect} (aiter {reg.aiter_version}, {w.status})" for w in hit
+    )
+
+
+def _metadata_dropped(d: Decision, reg: Registry) -> str:
+    s = d.shape
+    return (
+        f"vLLM builds persistent metadata for {s.num_reqs} request(s); aiter {reg.aiter_version} drops "
+        f"persistent mode at batch >= {reg.persistent_max_batch} for this request and runs non-persistent"
     )
 
 
@@ -351,6 +366,20 @@ INVARIANTS: tuple[Invariant, ...] = (
         detail=_lands_on_known_wrong,
         anchor="def _build_decode",
         view=("arch", "q_dtype", "kv", "path"),
+    ),
+    Invariant(
+        id="persistent-metadata-used",
+        statement="Where vLLM builds persistent metadata for an ASM step, AITER runs the step persistent.",
+        why="aiter/mla.py's _use_persistent_mla_decode silently drops vLLM's work metadata for big bf16 "
+        "batches on gfx950 (aiter #4144): the buffers were built for nothing.",
+        symptom="wasted persistent-metadata buffers and a schedule vLLM did not plan: performance, not "
+        "correctness (bf16 tolerates AITER's own split metadata)",
+        source="aiter/mla.py _use_persistent_mla_decode, AITER_MLA_DECODE_PERSISTENT_MAX_BATCH (sources §31)",
+        holds=_persistent_metadata_used,
+        detail=_metadata_dropped,
+        anchor="def _build_decode",
+        view=("arch", "q_dtype", "kv", "path"),
+        level="warning",
     ),
     Invariant(
         id="total",

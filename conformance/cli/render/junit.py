@@ -1,6 +1,7 @@
 """JUnit XML of ``check``: one test case per (revision, registry, invariant), for CI test reports.
 
-PROVED is a passing case, VIOLATED a failure (its message the symptom, its text one line per
+PROVED is a passing case, VIOLATED a failure (a warning-level invariant's violation passes, reported in
+``system-out``) (its message the symptom, its text one line per
 counterexample class), UNKNOWN a skipped case with the reason: a timeout is never shown as a pass.
 """
 
@@ -27,7 +28,7 @@ def check_report(results: list[CheckResult], shape_text: Callable[[Shape], str])
             "testsuite",
             name=f"{key[0]} with {key[1]}",
             tests=str(len(rows)),
-            failures=str(sum(r.verdict == VIOLATED for r in rows)),
+            failures=str(sum(r.verdict == VIOLATED and _is_fault(r) for r in rows)),
             skipped=str(sum(r.verdict == UNKNOWN for r in rows)),
         )
         for r in rows:
@@ -38,15 +39,24 @@ def check_report(results: list[CheckResult], shape_text: Callable[[Shape], str])
                 name=r.invariant,
                 time=f"{r.seconds:.3f}",
             )
-            if r.verdict == VIOLATED:
+            lines = "\n".join(
+                f"{shape_text(c.shape)} -> {c.route['path']}: {c.symptom.split(' -> ')[0]}"
+                for c in r.counterexamples
+            )
+            if r.verdict == VIOLATED and _is_fault(r):
                 failure = ET.SubElement(
                     case, "failure", message=INVARIANT_BY_ID[r.invariant].symptom, type="VIOLATED"
                 )
-                failure.text = "\n".join(
-                    f"{shape_text(c.shape)} -> {c.route['path']}: {c.symptom.split(' -> ')[0]}"
-                    for c in r.counterexamples
-                )
+                failure.text = lines
+            elif r.verdict == VIOLATED:  # a warning-level invariant: a cost, reported without failing
+                ET.SubElement(
+                    case, "system-out"
+                ).text = f"WARNING: {INVARIANT_BY_ID[r.invariant].symptom}\n{lines}"
             elif r.verdict == UNKNOWN:
                 ET.SubElement(case, "skipped", message=f"UNKNOWN: {r.reason}")
     ET.indent(suites)
     return ET.tostring(suites, encoding="unicode", xml_declaration=True)
+
+
+def _is_fault(r: CheckResult) -> bool:
+    return INVARIANT_BY_ID[r.invariant].level == "error"

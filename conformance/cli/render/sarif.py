@@ -73,7 +73,7 @@ def check_log(results: list[CheckResult], shape_text: ShapeText) -> dict[str, An
             {
                 "ruleId": r.invariant,
                 "ruleIndex": checked.index(r.invariant),
-                "level": "error" if r.verdict == VIOLATED else "warning",
+                "level": INVARIANT_BY_ID[r.invariant].level if r.verdict == VIOLATED else "warning",
                 "message": {"text": text},
                 "locations": [revision_location(r.revision, INVARIANT_BY_ID[r.invariant].anchor)],
                 "partialFingerprints": {"mlaSpecCheck/v1": f"{r.revision}|{r.registry}|{r.invariant}"},
@@ -145,7 +145,7 @@ def _invariant_rule(inv: Any) -> dict[str, Any]:
         "shortDescription": {"text": inv.statement},
         "fullDescription": {"text": inv.symptom},
         "help": {"text": f"{inv.why} Source: {inv.source}"},
-        "defaultConfiguration": {"level": "error"},
+        "defaultConfiguration": {"level": inv.level},
         "properties": {"pr_51011": inv.pr_51011},
     }
 

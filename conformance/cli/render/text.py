@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from mla_model.registry import NO_KERNEL
@@ -42,6 +43,8 @@ def _cell(r: CheckResult) -> str:
     if r.verdict == UNKNOWN:
         return "[yellow]UNKNOWN[/]"
     more = "" if r.complete else "+"
+    if INVARIANT_BY_ID[r.invariant].level == "warning":
+        return f"[yellow]WARNING ({r.classes}{more})[/]"
     return f"[red]VIOLATED ({r.classes}{more})[/]"
 
 
@@ -61,14 +64,17 @@ def check_table(results: list[CheckResult], console: Console) -> None:
                 _cell(by_key[(rev, reg, inv_id)]) if (rev, reg, inv_id) in by_key else ""
                 for reg in registries
             ]
-            table.add_row(rev if j == 0 else "", inv_id, *cells, end_section=(j == len(invariants) - 1))
+            table.add_row(
+                escape(rev) if j == 0 else "", inv_id, *cells, end_section=(j == len(invariants) - 1)
+            )
     console.print(table)
     for r in results:
         if r.verdict == VIOLATED:
             inv = INVARIANT_BY_ID[r.invariant]
             shown = f"{len(r.counterexamples)} class{'es' if len(r.counterexamples) != 1 else ''}"
+            heading = "[yellow]WARNING[/]" if inv.level == "warning" else "[red]VIOLATED[/]"
             console.print(
-                f"\n[red]VIOLATED[/] [bold]{r.invariant}[/] on {r.revision} with {r.registry} "
+                f"\n{heading} [bold]{r.invariant}[/] on {escape(r.revision)} with {r.registry} "
                 f"({shown}{'' if r.complete else ', more not enumerated'})"
             )
             console.print(f"  [dim]breaks in production as:[/] {inv.symptom}")
@@ -78,7 +84,8 @@ def check_table(results: list[CheckResult], console: Console) -> None:
                     f"  - {shape_summary(c.shape)}  [cyan]->{c.route['path']}[/]  {detail}", soft_wrap=True
                 )
         elif r.verdict == UNKNOWN:
-            console.print(f"\n[yellow]UNKNOWN[/] {r.invariant} on {r.revision} with {r.registry}: {r.reason}")
+            where = escape(f"{r.revision} with {r.registry}: {r.reason}")
+            console.print(f"\n[yellow]UNKNOWN[/] {r.invariant} on {where}")
 
 
 def short_verdict(r: CheckResult) -> str:
@@ -98,7 +105,7 @@ def executed_lines(executed: Any, console: Console) -> None:
     n = len(executed.disagreements)
     colour = "red" if n else "green"
     console.print(
-        f"executed: {label_count(executed.shapes, 'shape')} of {executed.release}'s real decode path "
+        f"executed: {label_count(executed.shapes, 'shape')} of {escape(executed.release)}'s real decode path "
         f"({executed.valid:,} valid) against {executed.revision}: [{colour}]{n} disagreement"
         f"{'' if n == 1 else 's'}[/] ({executed.seconds:.1f} s)"
     )
@@ -156,9 +163,11 @@ def explanation(out: dict, shape: Shape, revision: str, registry: str, console: 
         if v["holds"]:
             console.print(f"  {inv_id}: [green]holds[/]")
             continue
-        console.print(f"  {inv_id}: [red]VIOLATED[/]: {v['symptom']}", soft_wrap=True)
-        given = f"given {', '.join(v['violated']['given'])}: " if v["violated"]["given"] else ""
-        console.print(f"    [dim]{given}[/]{'; '.join(v['violated']['violated'])}", soft_wrap=True)
+        verdict = "[yellow]WARNING[/]" if INVARIANT_BY_ID[inv_id].level == "warning" else "[red]VIOLATED[/]"
+        console.print(f"  {inv_id}: {verdict}: {v['symptom']}", soft_wrap=True)
+        if v["violated"]["violated"]:  # the conjuncts that break it, where z3 can name them
+            given = f"given {', '.join(v['violated']['given'])}: " if v["violated"]["given"] else ""
+            console.print(f"    [dim]{given}[/]{'; '.join(v['violated']['violated'])}", soft_wrap=True)
 
 
 # Commands that live in their own modules.
