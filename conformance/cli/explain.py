@@ -32,15 +32,29 @@ from mla_model.shape import Shape
     type=click.Path(dir_okay=False, path_type=Path),
     help="cases.jsonl to take the case's revision and registry from.",
 )
+@click.option(
+    "--model",
+    "model_name",
+    metavar="NAME",
+    help="An MLA model of the bundled table (Kimi-K3, DeepSeek-V3, ...; docs/reference/deployments.md): "
+    "with --tp, sets --num-heads to its MLA heads / TP.",
+)
+@click.option(
+    "--tp",
+    type=click.IntRange(min=1),
+    help="Tensor-parallel size of --model: each rank decodes the model's MLA heads / TP (DCP 1).",
+)
 @format_option("json")
 @shape_options
-def explain_command(revision, registry, case_ref, cases_file, fmt, **fields) -> None:
+def explain_command(revision, registry, case_ref, cases_file, model_name, tp, fmt, **fields) -> None:
     """Explain one shape: each gate and its conditions, the route, AITER's kernel lookup, each invariant
     (with the conjunct that breaks), and why the persistent schedule is off."""
     from mla_model.case import parse_case_id, read_cases
     from spec.analyses.explain import explain
 
     given = {k: v for k, v in fields.items() if v is not None}
+    if model_name is not None or tp is not None:
+        given["num_heads"] = _heads_per_rank(model_name, tp, fields["num_heads"])
     try:
         base = parse_case_id(case_ref).to_json() if case_ref else {}
         if cases_file is not None:
@@ -64,3 +78,19 @@ def explain_command(revision, registry, case_ref, cases_file, fmt, **fields) -> 
         sys.exit(EXIT_OK)
     explanation(out, shape, revision, registry, Console(highlight=False))
     sys.exit(EXIT_OK)
+
+
+def _heads_per_rank(model_name: str | None, tp: int | None, num_heads: int | None) -> int:
+    """``--model NAME --tp N`` as heads per rank; any other combination of the three is bad input."""
+    from mla_model.deployments import find_model
+
+    if model_name is None:
+        raise BadInput("--tp needs --model NAME (the model whose MLA heads it divides)")
+    if tp is None:
+        raise BadInput("--model needs --tp N (the tensor-parallel size that divides its MLA heads)")
+    if num_heads is not None:
+        raise BadInput("--model and --tp set the heads per rank; give them or --num-heads, not both")
+    try:
+        return find_model(model_name).heads_per_rank(tp)
+    except ValueError as e:
+        raise BadInput(str(e)) from None
