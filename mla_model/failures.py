@@ -13,7 +13,11 @@ counterexample views (:mod:`spec.proof.views`), the sentences ``check`` and
 ``explain`` print (:mod:`spec.proof.invariants`), the route emulators
 (:mod:`mla_model.emulation`), the executing harness's AITER stand-in (which
 raises the exception itself), and conform's classification (a refusal of the
-request is NO_KERNEL, anything else a CRASH).  Sources: aiter/mla.py
+request is NO_KERNEL, anything else a CRASH).  A step that runs can still go wrong:
+:data:`WRONG_OUTPUTS` (a known-wrong kernel, Gluon's ``kv_scale=1.0`` or its 2 GiB bound) and
+:data:`PERFORMANCE_LOSSES` (a persistent schedule planned and lost); :func:`symptom_of` names the first
+of all these on one step, the symptom kind check's JSON carries per counterexample (crash, which
+exception raised where; silent wrong output; performance only).  Sources: aiter/mla.py
 ``get_meta_param`` and head fold, asm_mla.cu (sources §32-§34, §37), mla_gluon.py's
 asserts (sources §41-§42), vLLM 0.30.0's non-causal fp8 qlen-2 raise (sources §29).
 """
@@ -24,8 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mla_model.logic import Term, all_of, choose, not_
-from mla_model.registry import AsmLookup, GluonCheck
+from mla_model.logic import Term, all_of, any_of, choose, eq, not_
+from mla_model.registry import AsmLookup, GluonCheck, Registry
 from mla_model.route import KernelRequest
 
 if TYPE_CHECKING:
@@ -75,6 +79,7 @@ class Failure:
     refusal: bool  # the stack refuses the request (conform: NO_KERNEL); False: a crash
     fails: Callable[[Any], Term]  # over the call of ``where`` (a Decision for vllm/padding)
     message: Callable[[Any], str]  # the exception's text, with the call's values
+    raised_in: str = ""  # the code that raises it, as a symptom names it
 
 
 def _refusal(where: str) -> Callable[..., Failure]:
@@ -86,8 +91,9 @@ def _refusal(where: str) -> Callable[..., Failure]:
         exception: type[BaseException],
         fails: Callable[[Any], Term],
         message: Callable[[Any], str],
+        raised_in: str,
     ) -> Failure:
-        return Failure(kind, label, where, exception, True, fails, message)
+        return Failure(kind, label, where, exception, True, fails, message, raised_in)
 
     return make
 
@@ -103,6 +109,7 @@ VLLM_RAISES = Failure(
     False,
     lambda d: d.route.vllm_raises,
     lambda d: "vLLM raises ValueError: no non-causal fp8 qlen-2 kernel for these heads",
+    "vLLM rocm_aiter_mla.py AiterMLAMetadataBuilder._build_decode",
 )
 
 GLUON_UNBUILT = Failure(  # vLLM's loader raises before mla_gluon exists to assert anything
@@ -113,6 +120,7 @@ GLUON_UNBUILT = Failure(  # vLLM's loader raises before mla_gluon exists to asse
     False,
     lambda c: not_(c.check.built),
     lambda c: "no usable Gluon build: loading mla_gluon fails on the first call",
+    "vLLM rocm_aiter_mla.py _get_mla_gluon, at the first Gluon call of forward_mqa",
 )
 
 GLUON_ASSERTS: tuple[Failure, ...] = (
@@ -122,6 +130,7 @@ GLUON_ASSERTS: tuple[Failure, ...] = (
         AssertionError,
         lambda c: not_(c.check.arch_ok),
         lambda c: f"AssertionError: mla_gluon requires gfx950 (CDNA4), running on {c.arch}",
+        "AITER mla_gluon (aiter/ops/triton/gluon/mla_gluon.py)",
     ),
     _gluon(
         "gluon_dtype",
@@ -136,6 +145,7 @@ GLUON_ASSERTS: tuple[Failure, ...] = (
             if not c.check.dtype_ok
             else f"AssertionError in mla_gluon: nhead {c.heads} above the bound"
         ),
+        "AITER mla_gluon (aiter/ops/triton/gluon/mla_gluon.py)",
     ),
     _gluon(
         "gluon_batch",
@@ -146,6 +156,7 @@ GLUON_ASSERTS: tuple[Failure, ...] = (
             f"AssertionError in mla_gluon bh16bn128: batch_size == 1 "
             f"(fp8 KV, {c.num_reqs} request(s) x qlen {c.qlen})"
         ),
+        "AITER mla_gluon (aiter/ops/triton/gluon/mla_gluon.py)",
     ),
 )
 
@@ -160,6 +171,7 @@ HEAD_PADDING = Failure(
         f"{d.route.head_padding} pads {d.route.decode_heads} heads to {d.route.padded_q_heads}, "
         f"the kernel expects {d.route.request.padded_heads}"
     ),
+    "AITER mla_decode_fwd, handed the query vLLM's get_mla_padded_q made",
 )
 
 ASM_FAILURES: tuple[Failure, ...] = (
@@ -172,6 +184,7 @@ ASM_FAILURES: tuple[Failure, ...] = (
             f"KeyError: get_block_n_fp8[{c.request.padded_heads}*{c.request.kernel_qlen}="
             f"{c.request.padded_heads * c.request.kernel_qlen}]"
         ),
+        "AITER aiter/mla.py get_meta_param (non-persistent fp8 split metadata)",
     ),
     _asm(
         "fold_assert",
@@ -182,6 +195,7 @@ ASM_FAILURES: tuple[Failure, ...] = (
             f"AssertionError: nhead={c.request.padded_heads} and max_seqlen_q={c.request.kernel_qlen} "
             "not supported (persistent head fold)"
         ),
+        "AITER aiter/mla.py mla_decode_fwd (persistent head fold)",
     ),
     _asm(
         "aiter_check",
@@ -192,6 +206,7 @@ ASM_FAILURES: tuple[Failure, ...] = (
             f"AITER_CHECK failed in asm_mla.cu normalisation for gqa {c.request.padded_heads}, "
             f"qlen {c.request.kernel_qlen} ({c.key()})"
         ),
+        "AITER asm_mla.cu (entry checks and normalisation)",
     ),
     _asm(
         "no_kernel",
@@ -199,6 +214,7 @@ ASM_FAILURES: tuple[Failure, ...] = (
         RuntimeError,
         lambda c: not_(c.lookup.row_found),
         lambda c: f"cannot get heuristic kernel! {c.key()}",
+        "AITER asm_mla.cu get_heuristic_kernel_mla",
     ),
 )
 
@@ -235,3 +251,142 @@ def first_failure(d: Decision) -> tuple[Failure, str] | None:
 def first_of(failures: tuple[Failure, ...], call: Any) -> tuple[Failure, str] | None:
     """The first of a list of failures (GLUON_FAILURES, GLUON_ASSERTS, ASM_FAILURES) for a concrete call."""
     return next(((f, f.message(call)) for f in failures if f.fails(call)), None)
+
+
+# --- the symptom: what really happens on a step's route -----------------------------------------------
+#
+# A step that fails raises (above).  A step that runs can still be wrong (its output is not the attention
+# of its inputs, and nothing says so) or right but not on the schedule vLLM planned (performance only).
+# :func:`symptom_of` names the first of these on a step's route, in that order of severity: what check's
+# JSON carries per counterexample and what tests/test_symptoms_executed.py holds against the executed
+# release.
+
+CRASH = "crash"  # the step raises (which exception, raised where): the engine dies mid-run
+STARTUP_ABORT = "startup-abort"  # vLLM refuses the deployment while the engine starts (builder/impl init)
+SILENT_WRONG_OUTPUT = "silent-wrong-output"  # the step runs and returns wrong numbers, no error
+PERFORMANCE = "performance"  # the step runs and is right, but not as vLLM planned it
+SYMPTOM_KINDS: tuple[str, ...] = (CRASH, STARTUP_ABORT, SILENT_WRONG_OUTPUT, PERFORMANCE)
+# No Failure above is raised at engine start: the start-time refusals (is_valid_num_heads, the reorder
+# threshold) are the revisions' validity rules, so no counterexample has one.  The kind is kept for the
+# executed side, which would show one (tests/test_symptoms_executed.py maps it).
+
+
+@dataclass(frozen=True)
+class Effect:
+    """A way a step runs but not as it should: wrong output (``SILENT_WRONG_OUTPUT``) or a lost schedule
+    (``PERFORMANCE``)."""
+
+    kind: str  # the cause a symptom names
+    symptom: str  # SILENT_WRONG_OUTPUT or PERFORMANCE
+    applies: Callable[[Decision], Term]
+    message: Callable[[Decision, Registry], str]
+
+
+def _gluon_reads_fp8(d: Decision) -> Term:
+    return all_of(d.on_gluon, eq(d.gluon_call.kv_dtype, "fp8"))
+
+
+def _known_wrong_text(d: Decision, reg: Registry) -> str:
+    hit = [w for w, matched in zip(reg.known_wrong, d.known_wrong, strict=True) if matched]
+    return "; ".join(f"{w.what}: {w.effect} ({w.status} fault, aiter {reg.aiter_version})" for w in hit)
+
+
+WRONG_OUTPUTS: tuple[Effect, ...] = (
+    Effect(
+        "gluon_kv_scale",
+        SILENT_WRONG_OUTPUT,
+        lambda d: all_of(_gluon_reads_fp8(d), not_(d.route.kv_scale_passed)),
+        lambda d, reg: (
+            "mla_gluon reads the fp8 KV cache with the kv_scale=1.0 vLLM passes, not the cache's "
+            "scale: attention off by that scale"
+        ),
+    ),
+    Effect(
+        "gluon_kv_bound",
+        SILENT_WRONG_OUTPUT,
+        lambda d: all_of(d.on_gluon, not_(d.gluon.kv_in_bounds)),
+        lambda d, reg: (
+            f"mla_gluon reads a {d.shape.kv_cache_bytes:,}-byte layer KV cache past the "
+            f"{reg.gluon_max_kv_cache_bytes:,} bytes it addresses correctly (aiter {reg.aiter_version})"
+        ),
+    ),
+    Effect(
+        "decode_verify_overlap",
+        SILENT_WRONG_OUTPUT,
+        lambda d: all_of(d.route.use_gluon_decode, d.route.use_gluon_verify, d.shape.max_qo_len > 1),
+        lambda d, reg: (
+            f"a {d.shape.max_qo_len}-token verify step run through the single-token Gluon "
+            "decode: every token but one attends wrongly"
+        ),
+    ),
+    Effect(
+        "known_wrong",
+        SILENT_WRONG_OUTPUT,
+        lambda d: all_of(d.on_asm, any_of(*d.known_wrong)),
+        lambda d, reg: "the step lands on a path the registry lists as wrong, " + _known_wrong_text(d, reg),
+    ),
+)
+
+PERFORMANCE_LOSSES: tuple[Effect, ...] = (
+    Effect(
+        "persistent_dropped",
+        PERFORMANCE,
+        lambda d: all_of(d.on_asm, d.route.use_persistent_metadata, not_(d.asm.persistent)),
+        lambda d, reg: (
+            f"aiter {reg.aiter_version} drops vLLM's persistent work metadata at batch >= "
+            f"{reg.persistent_max_batch} and runs the step non-persistent: the buffers were built for nothing"
+        ),
+    ),
+    Effect(
+        "persistent_gate_closed",
+        PERFORMANCE,
+        lambda d: all_of(d.on_asm, d.route.wants_persistent_metadata, not_(d.route.use_persistent_metadata)),
+        lambda d, reg: (
+            f"qlen {d.shape.max_qo_len} exceeds _mtp_decode_qlen {d.route.mtp_decode_qlen}: vLLM "
+            "skips its persistent schedule and AITER runs the step on its own split metadata"
+        ),
+    ),
+    Effect(
+        "metadata_unused",
+        PERFORMANCE,
+        lambda d: all_of(d.route.use_persistent_metadata, not_(d.on_asm)),
+        lambda d, reg: (
+            f"persistent metadata built for a step that runs on {d.route.path}: the buffers "
+            "and their build are wasted"
+        ),
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Symptom:
+    """What one concrete step really does, for a counterexample: its kind and cause, and for a crash the
+    exception and the code that raises it."""
+
+    kind: str  # one of SYMPTOM_KINDS, or NONE where the step shows none of them
+    cause: str  # the Failure's or the Effect's kind
+    headline: str  # a sentence: the kind and what happens
+    message: str = ""  # the exception's text (a crash)
+    exception: str | None = None  # its type's name (a crash)
+    raised_in: str | None = None  # the code that raises it (a crash)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"symptom_kind": self.kind, "cause": self.cause}
+        if self.exception is not None:
+            out.update(exception=self.exception, raised_in=self.raised_in)
+        return out
+
+
+def symptom_of(d: Decision, registry: Registry) -> Symptom:
+    """The first thing that goes wrong on one concrete step's route: a crash (the failure order above),
+    else wrong output, else a lost schedule; ``NONE`` where none of them happens."""
+    found = first_failure(d)
+    if found:
+        f, message = found
+        name = f.exception.__name__
+        return Symptom(CRASH, f.kind, f"crash: {name} raised in {f.raised_in}", message, name, f.raised_in)
+    for e in (*WRONG_OUTPUTS, *PERFORMANCE_LOSSES):
+        if e.applies(d):
+            what = "silent wrong output, no error" if e.symptom == SILENT_WRONG_OUTPUT else "performance only"
+            return Symptom(e.symptom, e.kind, f"{what}: {e.message(d, registry)}")
+    return Symptom(NONE, NONE, "no crash, wrong output or lost schedule on this step")

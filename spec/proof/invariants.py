@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from mla_model.decision import Decision
 from mla_model.derived import is_quantized_kv_cache
-from mla_model.failures import ASM_FAILURES, GLUON_FAILURES, first_failure, first_of
+from mla_model.failures import ASM_FAILURES, GLUON_FAILURES, NONE, first_failure, first_of, symptom_of
 from mla_model.logic import Term, all_of, any_of, iff, implies, is_in, not_
 from mla_model.registry import Registry
 from mla_model.route import ASM_PATHS
@@ -45,9 +45,17 @@ class Invariant:
     level: str = "error"
 
     def describe(self, d: Decision, registry: Registry) -> str:
-        """The sentence check and explain print for one concrete violation: the detail, then the symptom."""
+        """The sentence check and explain print for one concrete violation: the detail, then what really
+        happens on that step (:func:`mla_model.failures.symptom_of`; this invariant's general symptom where
+        the step shows none of the failure order's outcomes)."""
         detail = self.detail(d, registry)
-        return f"{detail} -> {self.symptom}" if detail else self.symptom
+        found = symptom_of(d, registry)
+        if found.kind == NONE:
+            what = self.symptom
+        else:
+            message = found.message if found.message and found.message not in detail else ""
+            what = found.headline + (f" ({message})" if message else "")
+        return f"{detail} -> {what}" if detail else what
 
 
 def _fp8_never_reaches_gluon(d: Decision) -> Term:
@@ -218,8 +226,10 @@ INVARIANTS: tuple[Invariant, ...] = (
         "batch with a bf16 query and vLLM hands it the cache's KV scale.",
         why="Gluon's bh16 regimes read fp8 KV only with a bf16 query, batch 1 before aiter #4480, and every "
         "shipped vLLM passes kv_scale=1.0 to Gluon, so an fp8 cache there is read unscaled.",
-        symptom="silently wrong attention: the fp8 cache read with kv_scale=1.0 (off by the cache's scale), "
-        "or, batched before aiter #4480, an AssertionError in mla_gluon",
+        symptom="where Gluon runs, silently wrong attention: the fp8 cache read with the kv_scale=1.0 vLLM "
+        "passes (off by the cache's scale); where it cannot, a crash: mla_gluon's AssertionError (an fp8 "
+        "query, or a batched fp8 step before aiter #4480), or vLLM's RuntimeError without a usable "
+        "Gluon build",
         source="vLLM #51011 (sources §45 test_fp8_never_routes_to_gluon); "
         "aiter mla_gluon.py bh16bn128 (sources §41-§42)",
         holds=_fp8_never_reaches_gluon,
@@ -233,8 +243,9 @@ INVARIANTS: tuple[Invariant, ...] = (
         statement="A step reaches a Gluon kernel only on gfx950 with a Gluon build that runs there.",
         why="mla_gluon asserts gfx950 (CDNA3 has 64 KiB LDS, Gluon tiles ~160 KiB); without a usable build "
         "(wrapper missing, Triton that cannot compile it) vLLM's selection of Gluon fails at the first call.",
-        symptom="AssertionError 'mla_gluon requires gfx950 (CDNA4)' on gfx942, or RuntimeError / TypeError "
-        "loading the Gluon wrapper on the first decode step",
+        symptom="a crash at the first step routed to Gluon: vLLM's _get_mla_gluon raises RuntimeError "
+        "('requires an AITER build with the small-head Gluon MLA kernel') where no usable build exists, "
+        "as on every gfx942; mla_gluon itself asserts gfx950 (CDNA4)",
         source="vLLM #50578 (gfx950 gate); aiter mla_gluon.py arch assert; "
         "unreleased Triton probe (sources §11)",
         holds=_gluon_only_where_built,
@@ -247,8 +258,10 @@ INVARIANTS: tuple[Invariant, ...] = (
         statement="Every ASM request, after AITER's head fold, normalisation and gfx950 overrides, has a "
         "row in the arch's kernel table and passes asm_mla.cu's checks.",
         why="AITER resolves (q, kv, gqa', ps', qseqlen', causal') against mla_asm.csv; a missing key aborts.",
-        symptom="RuntimeError/SIGABRT 'cannot get heuristic kernel!', an AITER_CHECK such as 'only support "
-        "gqa_ratio=16 fp8 mla decoding with qo_len <= 4', or AssertionError 'nhead=... not supported'",
+        symptom="a crash mid-run: AITER's RuntimeError 'cannot get heuristic kernel!' (or SIGABRT), an "
+        "AITER_CHECK such as 'only support gqa_ratio=16 fp8 mla decoding with qo_len <= 4', AssertionError "
+        "'nhead=... not supported' or the get_block_n_fp8 KeyError; or vLLM's own ValueError first where it "
+        "knows AITER has no kernel (non-causal fp8 two-token blocks, 0.30 on)",
         source="aiter asm_mla.cu get_heuristic_kernel_mla and normalisation; "
         "aiter/mla.py head fold (sources §31-§39)",
         holds=_kernel_exists,
@@ -275,8 +288,10 @@ INVARIANTS: tuple[Invariant, ...] = (
         "(1..reorder_batch_threshold) is within _mtp_decode_qlen, the qlen the buffers are sized for.",
         why="When qlen exceeds _mtp_decode_qlen the persistent gate closes and AITER falls back to its own "
         "non-persistent metadata, a path never meant for that shape.",
-        symptom="persistent schedule silently dropped; AITER's fallback then raises KeyError in "
-        "get_block_n_fp8 or 'cannot get heuristic kernel' mid-run (DSpark/Eagle drafters before #51011)",
+        symptom="persistent schedule silently dropped and AITER's non-persistent fallback runs: with an fp8 "
+        "cache that is the known-wrong non-persistent fp8 path (silently wrong output), with bf16 a "
+        "performance loss only, and where the fallback has no kernel or block-n key a crash mid-run "
+        "(KeyError in get_block_n_fp8, 'cannot get heuristic kernel!'); DSpark/Eagle drafters before #51011",
         source="vLLM #51011 (_mtp_decode_qlen = reorder_batch_threshold); sources §9, §22",
         holds=_metadata_covers_qlen,
         detail=_metadata_short,
@@ -304,7 +319,8 @@ INVARIANTS: tuple[Invariant, ...] = (
         statement="An fp8 KV cache reaches Gluon only at batch size 1, unless the registry's Gluon takes "
         "batched fp8 (aiter #4480, 0.1.20).",
         why="bh16bn128 asserts batch_size == 1 before aiter #4480; the verify flatten makes R*Q rows.",
-        symptom="AssertionError batch_size == 1 in mla_gluon (bh16bn128) on the first batched fp8 step",
+        symptom="a crash on the first batched fp8 step: AssertionError batch_size == 1 in mla_gluon "
+        "(bh16bn128), or its bf16-query assert first where the query is fp8",
         source="aiter mla_gluon.py v0.1.19 L932-935; aiter #4480 (sources §41-§42)",
         holds=_gluon_fp8_batch_one,
         detail=_gluon_batch,
@@ -345,7 +361,8 @@ INVARIANTS: tuple[Invariant, ...] = (
         why="Past 2 GiB mla_gluon's KV loads overflow 32-bit offsets (aiter 0.1.19) or run unmasked past the "
         "split's end (0.1.20); vLLM checks the size only from 0.31.0 on.",
         symptom="silently wrong attention on Gluon for a large per-layer KV cache (long contexts, many "
-        "blocks): no error, garbage tokens",
+        "blocks): no error, garbage tokens; where no usable Gluon build exists (gfx942 on 0.27), vLLM's "
+        "RuntimeError at the first Gluon call instead",
         source="ROCm/aiter #4474; aiter mla_gluon.py WITHIN_2GB; vLLM 0.31.0 _gluon_kv_cache_in_bounds "
         "(sources §12, §47)",
         holds=_gluon_kv_in_bounds,
@@ -360,7 +377,7 @@ INVARIANTS: tuple[Invariant, ...] = (
         why="Some AITER kernels run without an error and return wrong numbers; the registry lists each with "
         "its source and whether the fault is reported or verified.",
         symptom="silently wrong output, no error: each registry entry carries what its report measured "
-        "(for the non-persistent fp8 path, #51011's GSM8K fall)",
+        "(for the non-persistent fp8 path, #51011's GSM8K fall to 74.00% from 97.19%)",
         source="vLLM #51011; ROCm/aiter #5679 (sources §48)",
         holds=_no_known_wrong_kernel,
         detail=_lands_on_known_wrong,
@@ -386,8 +403,9 @@ INVARIANTS: tuple[Invariant, ...] = (
         statement="Every valid shape gets a route that runs: vLLM does not raise, the Gluon kernel accepts "
         "its inputs, the ASM request has a kernel and a block-n key, and head padding is exact.",
         why="A decode step that cannot run takes the server down mid-run, however rare the shape.",
-        symptom="an exception on the decode path (AssertionError, KeyError, 'cannot get heuristic kernel', "
-        "ValueError) for a configuration the engine accepted",
+        symptom="a crash on the decode path for a configuration the engine accepted: vLLM's ValueError or "
+        "RuntimeError (no Gluon build), mla_gluon's AssertionError, or AITER's KeyError, head-fold "
+        "AssertionError, AITER_CHECK or 'cannot get heuristic kernel!'",
         source="sources §11, §24, §29, §32-§34, §37, §41-§42",
         holds=_total,
         detail=_first_failure,
