@@ -137,8 +137,9 @@ def cli_page() -> str:
     out = [
         HEADER.format(what="the click commands in conformance/cli/"),
         "# Command line\n\n",
-        f"{main.help}\n\nExit status: 0 all as expected; 1 an invariant violated (or a comparison "
-        "differs); 2 bad input, one line on stderr; 3 a verdict UNKNOWN and none violated. Every command "
+        f"{main.help}\n\nExit status: 0 all as expected; 1 an invariant violated (for `check`: a verdict "
+        "the expected-verdicts manifest does not expect), or a comparison differs; 2 bad input, one line "
+        "on stderr; 3 a verdict UNKNOWN and none violated. Every command "
         "takes `-h`/`--help`.\n\n",
     ]
     out += [

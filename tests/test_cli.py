@@ -15,6 +15,7 @@ from tests.cli import run
 def test_check_json_schema_and_exit_1_on_violation():
     out = run(
         "check",
+        "--no-expect",
         "--revision",
         "vllm-0.27",
         "--registry",
@@ -52,6 +53,7 @@ def test_check_exit_0_when_everything_asked_is_proved():
 def test_check_text_names_the_counterexample_and_its_symptom():
     out = run(
         "check",
+        "--no-expect",
         "--revision",
         "main-pre-51011",
         "--registry",
@@ -316,6 +318,7 @@ def test_junit_has_one_case_per_invariant_and_a_failure_per_violation():
 
     out = run(
         "check",
+        "--no-expect",
         "--revision",
         "vllm-0.27",
         "--registry",
@@ -367,6 +370,7 @@ def test_a_warning_level_violation_is_reported_but_does_not_fail_the_check():
 
     args = (
         "check",
+        "--no-expect",
         "--revision",
         "vllm-0.34",
         "--registry",
@@ -383,6 +387,7 @@ def test_a_warning_level_violation_is_reported_but_does_not_fail_the_check():
     assert suite.get("failures") == "0" and "WARNING" in suite.find("testcase/system-out").text
     mixed = run(
         "check",
+        "--no-expect",
         "--revision",
         "vllm-0.34",
         "--registry",

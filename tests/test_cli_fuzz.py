@@ -311,7 +311,7 @@ class Fakes:
                 registry=reg,
                 invariant=inv,
                 counterexamples=base.counterexamples[:max_classes],
-                complete=base.complete and len(base.counterexamples) <= max_classes,
+                complete=base.complete and (max_classes is None or len(base.counterexamples) <= max_classes),
             )
             if self.plan["check"] == "unknown" and i % 3 == 0:
                 reason = (

@@ -4,8 +4,9 @@ Each command module parses its options (the shared set is :mod:`conformance.cli.
 functions that return data, and hands the data to a renderer (:mod:`conformance.cli.render`: text, JSON,
 SARIF, JUnit).  It sits in the top layer because conform and vllm-tests need the conformance package.
 
-Exit status (:mod:`conformance.cli.errors`): 0 all as expected, 1 some invariant violated, 2 bad input (one
-line on stderr, no traceback), 3 some verdict unknown (and none violated).
+Exit status (:mod:`conformance.cli.errors`): 0 all as expected, 1 some invariant violated (for check:
+a verdict its expected-verdicts manifest does not expect), 2 bad input (one line on stderr, no traceback), 3
+some verdict unknown (and none violated).
 """
 
 from __future__ import annotations

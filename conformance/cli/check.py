@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 from rich.console import Console
 
-from conformance.cli.errors import exit_for_checks
+from conformance.cli.errors import BadInput, exit_for_checks, exit_for_expectations
 from conformance.cli.options import (
     invariant_option,
     load_revision,
@@ -20,6 +21,7 @@ from conformance.cli.render.text import check_table, shape_summary
 from mla_model.registry import REGISTRY_IDS
 from mla_model.revisions import REVISIONS
 from spec.proof.check_all import check_all
+from spec.proof.expectations import BUNDLED, Manifest, ManifestError, Outcome, compare, load_manifest
 from spec.proof.invariants import INVARIANT_BY_ID
 from spec.proof.prover import CheckResult
 
@@ -40,35 +42,87 @@ from spec.proof.prover import CheckResult
 @max_classes_option
 @timeout_option
 @click.option(
+    "--show",
+    type=click.IntRange(min=0),
+    default=3,
+    show_default=True,
+    help="Counterexample classes the text prints per violation (JSON, SARIF and JUnit carry all).",
+)
+@click.option(
     "--vllm",
     "releases",
     multiple=True,
     metavar="RELEASE|PATH",
     help="Check a vLLM release's (or file's) real gate functions instead of the model's (repeatable).",
 )
-def check_command(revisions, registries, invariants, fmt, max_classes, timeout, releases) -> None:
-    """Prove or refute each routing and buffer-sizing invariant."""
+@click.option(
+    "--expect",
+    "manifest_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="Expected-verdicts manifest to compare with (default: the bundled "
+    "spec/proof/expected_verdicts.toml): exit 0 when every verdict matches it, 1 naming each surprise.",
+)
+@click.option(
+    "--no-expect",
+    is_flag=True,
+    help="Raw verdicts: no manifest; exit 1 on any violation, and every violation detailed.",
+)
+def check_command(
+    revisions, registries, invariants, fmt, max_classes, timeout, show, releases, manifest_path, no_expect
+) -> None:
+    """Prove or refute each routing and buffer-sizing invariant, and compare the verdicts with the
+    expected-verdicts manifest."""
+    if no_expect and manifest_path is not None:
+        raise BadInput("--expect and --no-expect contradict each other; give one")
+    manifest = None if no_expect else read_manifest(manifest_path or BUNDLED)
     targets = (
         [*revisions, *[load_revision(r) for r in releases]] if releases else list(revisions or REVISIONS)
     )
     results = check_all(
         targets, registries or REGISTRY_IDS, invariants or list(INVARIANT_BY_ID), max_classes, timeout
     )
-    report(results, fmt)
+    report(results, fmt, None if manifest is None else compare(results, manifest), show)
 
 
-def report(results: list[CheckResult], fmt: str) -> None:
-    """Write the results in one format, then exit by their verdicts."""
+def read_manifest(path: Path) -> Manifest:
+    try:
+        return load_manifest(path)
+    except ManifestError as e:
+        raise BadInput(str(e)) from None
+
+
+def report(results: list[CheckResult], fmt: str, outcomes: list[Outcome] | None, show: int = 3) -> None:
+    """Write the results in one format, then exit by the surprises (or, without a manifest, by the
+    verdicts)."""
     if fmt == "json":
-        click.echo(json.dumps({"results": [r.to_json() for r in results]}, indent=2))
+        click.echo(json.dumps(check_json(results, outcomes), indent=2))
     elif fmt == "sarif":
         from conformance.cli.render.sarif import check_log
 
-        click.echo(json.dumps(check_log(results, shape_summary), indent=2))
+        click.echo(json.dumps(check_log(results, shape_summary, outcomes), indent=2))
     elif fmt == "junit":
         from conformance.cli.render.junit import check_report
 
-        click.echo(check_report(results, shape_summary))
+        click.echo(check_report(results, shape_summary, outcomes))
     else:
-        check_table(results, Console(highlight=False))
-    exit_for_checks(results)
+        check_table(results, Console(highlight=False), outcomes, show)
+    if outcomes is None:
+        exit_for_checks(results)
+    exit_for_expectations(outcomes)
+
+
+def check_json(results: list[CheckResult], outcomes: list[Outcome] | None) -> dict:
+    """Every result with every class; with a manifest, each result's expectation and the surprises."""
+    if outcomes is None:
+        return {"results": [r.to_json() for r in results]}
+    return {
+        "manifest": outcomes[0].manifest if outcomes else None,
+        "as_expected": not any(o.surprise for o in outcomes),
+        "surprises": [
+            {"revision": o.result.revision, "registry": o.result.registry, "invariant": o.result.invariant}
+            for o in outcomes
+            if o.surprise
+        ],
+        "results": [{**o.result.to_json(), **o.to_json()} for o in outcomes],
+    }

@@ -1,6 +1,7 @@
 """How every mla-spec command ends: its exit status, and one line on stderr for bad input.
 
-0: all as expected; 1: an invariant violated (or a comparison differs); 2: bad input, one line on stderr and
+0: all as expected; 1: an invariant violated (check: a verdict the manifest does not expect), or a comparison
+differs; 2: bad input, one line on stderr and
 no traceback; 3: some verdict UNKNOWN (a timeout, lifting unsupported) and none violated.
 """
 
@@ -84,3 +85,12 @@ def exit_for_checks(results: Iterable[Any]) -> None:
         for r in results
         if not (r.verdict == VIOLATED and INVARIANT_BY_ID[r.invariant].level == "warning")
     )
+
+
+def exit_for_expectations(outcomes: Iterable[Any]) -> None:
+    """Against a manifest: exit 1 if a verdict that counts is a surprise (not UNKNOWN), else 3 if
+    anything is UNKNOWN, else 0 (expected violations and warning-level surprises exit 0)."""
+    outcomes = list(outcomes)
+    if any(o.surprise and o.counts and o.result.verdict != UNKNOWN for o in outcomes):
+        sys.exit(EXIT_VIOLATED)
+    sys.exit(EXIT_UNKNOWN if any(o.result.verdict == UNKNOWN for o in outcomes) else EXIT_OK)

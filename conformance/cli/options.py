@@ -110,9 +110,9 @@ def max_classes_option(fn: Any) -> Any:
     return click.option(
         "--max-classes",
         type=click.IntRange(min=1),
-        default=10,
-        show_default=True,
-        help="Counterexample classes to enumerate per violated invariant.",
+        default=None,
+        help="Stop enumerating counterexample classes after this many per violated invariant "
+        "(default: all of them).",
     )(fn)
 
 

@@ -88,7 +88,7 @@ class CheckResult:
             "invariant": self.invariant,
             "verdict": self.verdict,
             "seconds": round(self.seconds, 4),
-            "classes": self.classes,
+            "class_count": self.classes,
             "complete": self.complete,
             **({"reason": self.reason} if self.reason else {}),
             "counterexamples": [c.to_json() for c in self.counterexamples],

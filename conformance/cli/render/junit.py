@@ -1,8 +1,10 @@
 """JUnit XML of ``check``: one test case per (revision, registry, invariant), for CI test reports.
 
-PROVED is a passing case, VIOLATED a failure (a warning-level invariant's violation passes, reported in
-``system-out``) (its message the symptom, its text one line per
-counterexample class), UNKNOWN a skipped case with the reason: a timeout is never shown as a pass.
+Without a manifest: PROVED is a passing case, VIOLATED a failure (its message the symptom, its text one
+line per counterexample class; a warning-level invariant's violation passes, reported in ``system-out``),
+UNKNOWN a skipped case with the reason: a timeout is never shown as a pass.  With a manifest, a verdict it
+expects passes (an expected violation reported in ``system-out`` with the manifest's reason) and a
+surprise of an error-level invariant fails, whatever its verdict.
 """
 
 from __future__ import annotations
@@ -13,13 +15,18 @@ from typing import TYPE_CHECKING
 
 from mla_model.shape import Shape
 from spec.proof.invariants import INVARIANT_BY_ID
-from spec.proof.verdict import UNKNOWN, VIOLATED
+from spec.proof.verdict import PROVED, UNKNOWN, VIOLATED
 
 if TYPE_CHECKING:
+    from spec.proof.expectations import Outcome
     from spec.proof.prover import CheckResult
 
 
-def check_report(results: list[CheckResult], shape_text: Callable[[Shape], str]) -> str:
+def check_report(
+    results: list[CheckResult], shape_text: Callable[[Shape], str], outcomes: list[Outcome] | None = None
+) -> str:
+    expected = {id(o.result): o for o in outcomes or []}
+    fails = {id(r): _fails(r, expected.get(id(r)), outcomes is not None) for r in results}
     suites = ET.Element("testsuites", name="mla-spec check")
     for key in dict.fromkeys((r.revision, r.registry) for r in results):
         rows = [r for r in results if (r.revision, r.registry) == key]
@@ -28,7 +35,7 @@ def check_report(results: list[CheckResult], shape_text: Callable[[Shape], str])
             "testsuite",
             name=f"{key[0]} with {key[1]}",
             tests=str(len(rows)),
-            failures=str(sum(r.verdict == VIOLATED and _is_fault(r) for r in rows)),
+            failures=str(sum(fails[id(r)] for r in rows)),
             skipped=str(sum(r.verdict == UNKNOWN for r in rows)),
         )
         for r in rows:
@@ -43,20 +50,38 @@ def check_report(results: list[CheckResult], shape_text: Callable[[Shape], str])
                 f"{shape_text(c.shape)} -> {c.route['path']}: {c.symptom.split(' -> ')[0]}"
                 for c in r.counterexamples
             )
-            if r.verdict == VIOLATED and _is_fault(r):
+            o = expected.get(id(r))
+            if r.verdict == UNKNOWN:
+                ET.SubElement(case, "skipped", message=f"UNKNOWN: {r.reason}")
+            elif fails[id(r)] and r.verdict == PROVED:
+                e = o.expected if o is not None else None
+                ET.SubElement(
+                    case,
+                    "failure",
+                    type="SURPRISE",
+                    message=f"PROVED, but the manifest expects {e.verdict} ({e.reason}): update it"
+                    if e
+                    else "PROVED, and no manifest row expects it",
+                )
+            elif fails[id(r)]:
                 failure = ET.SubElement(
                     case, "failure", message=INVARIANT_BY_ID[r.invariant].symptom, type="VIOLATED"
                 )
                 failure.text = lines
+            elif r.verdict == VIOLATED and o is not None and o.expected is not None:
+                ET.SubElement(case, "system-out").text = f"EXPECTED: {o.expected.reason}\n{lines}"
             elif r.verdict == VIOLATED:  # a warning-level invariant: a cost, reported without failing
                 ET.SubElement(
                     case, "system-out"
                 ).text = f"WARNING: {INVARIANT_BY_ID[r.invariant].symptom}\n{lines}"
-            elif r.verdict == UNKNOWN:
-                ET.SubElement(case, "skipped", message=f"UNKNOWN: {r.reason}")
     ET.indent(suites)
     return ET.tostring(suites, encoding="unicode", xml_declaration=True)
 
 
-def _is_fault(r: CheckResult) -> bool:
-    return INVARIANT_BY_ID[r.invariant].level == "error"
+def _fails(r: CheckResult, o: Outcome | None, against_manifest: bool) -> bool:
+    """A failing test case: a surprise that counts, or (without a manifest) an error-level violation."""
+    if r.verdict == UNKNOWN:
+        return False
+    if against_manifest:
+        return o is not None and o.surprise and o.counts
+    return r.verdict == VIOLATED and INVARIANT_BY_ID[r.invariant].level == "error"

@@ -36,6 +36,7 @@ from typing import Any
 from mla_model.revisions import REVISIONS
 from mla_model.shape import Shape
 from spec.analyses.diff import Diff, Region
+from spec.proof.expectations import Outcome
 from spec.proof.invariants import INVARIANT_BY_ID
 from spec.proof.prover import UNKNOWN, VIOLATED, CheckResult
 from spec.realcode.source import RELATIVE_PATH
@@ -48,8 +49,13 @@ ShapeText = Callable[[Shape], str]
 DEFAULT_ANCHOR = "def use_gluon_decode"
 
 
-def check_log(results: list[CheckResult], shape_text: ShapeText) -> dict[str, Any]:
-    """The SARIF log of a check: violations as errors, unknown verdicts as warnings."""
+def check_log(
+    results: list[CheckResult], shape_text: ShapeText, outcomes: list[Outcome] | None = None
+) -> dict[str, Any]:
+    """The SARIF log of a check: violations as errors, unknown verdicts as warnings.  With a manifest,
+    a violation it expects carries an external suppression whose justification is the manifest's reason
+    (code-scanning views file it as dismissed), and a surprise says so in its message."""
+    expected = {id(o.result): o for o in outcomes or []}
     checked = list(dict.fromkeys(r.invariant for r in results))
     rules = [_invariant_rule(INVARIANT_BY_ID[i]) for i in checked]
     out = []
@@ -69,6 +75,11 @@ def check_log(results: list[CheckResult], shape_text: ShapeText) -> dict[str, An
             )
         else:
             text = f"{r.invariant} is VIOLATED on {where}: {r.reason}"
+        o = expected.get(id(r))
+        if o is not None and o.surprise:
+            text += " (a surprise: " + (
+                f"the manifest expects {o.expected.verdict})" if o.expected else "no manifest row expects it)"
+            )
         out.append(
             {
                 "ruleId": r.invariant,
@@ -78,6 +89,11 @@ def check_log(results: list[CheckResult], shape_text: ShapeText) -> dict[str, An
                 "locations": [revision_location(r.revision, INVARIANT_BY_ID[r.invariant].anchor)],
                 "partialFingerprints": {"mlaSpecCheck/v1": f"{r.revision}|{r.registry}|{r.invariant}"},
                 "properties": r.to_json(),
+                **(
+                    {"suppressions": [{"kind": "external", "justification": o.expected.reason}]}
+                    if o is not None and o.expected is not None and not o.surprise
+                    else {}
+                ),
             }
         )
     return _log(rules, out)

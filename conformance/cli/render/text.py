@@ -14,6 +14,7 @@ from spec.proof.invariants import INVARIANT_BY_ID
 from spec.proof.verdict import PROVED, UNKNOWN, VIOLATED
 
 if TYPE_CHECKING:
+    from spec.proof.expectations import Outcome
     from spec.proof.prover import CheckResult
 
 
@@ -34,21 +35,33 @@ def shape_summary(s: Shape) -> str:
 
 
 def label_count(n: int, noun: str) -> str:
-    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+    return f"{n:,} {noun}{'' if n == 1 else 'es' if noun.endswith('s') else 's'}"
 
 
-def _cell(r: CheckResult) -> str:
+def _cell(r: CheckResult, surprise: bool = False) -> str:
+    mark = " [bold magenta]![/]" if surprise else ""
     if r.verdict == PROVED:
-        return "[green]PROVED[/]"
+        return f"[green]PROVED[/]{mark}"
     if r.verdict == UNKNOWN:
-        return "[yellow]UNKNOWN[/]"
+        return f"[yellow]UNKNOWN[/]{mark}"
     more = "" if r.complete else "+"
     if INVARIANT_BY_ID[r.invariant].level == "warning":
-        return f"[yellow]WARNING ({r.classes}{more})[/]"
-    return f"[red]VIOLATED ({r.classes}{more})[/]"
+        return f"[yellow]WARNING ({r.classes}{more})[/]{mark}"
+    return f"[red]VIOLATED ({r.classes}{more})[/]{mark}"
 
 
-def check_table(results: list[CheckResult], console: Console) -> None:
+def revision_label(revision: str) -> str:
+    """A revision as a table shows it: a gate file's path shortened to its last three parts."""
+    parts = revision.replace("\\", "/").split("/")
+    return revision if len(parts) <= 3 else "…/" + "/".join(parts[-3:])
+
+
+def check_table(
+    results: list[CheckResult], console: Console, outcomes: list[Outcome] | None = None, show: int = 3
+) -> None:
+    """The verdict table, then each violation's first ``show`` classes: with a manifest (``outcomes``),
+    only the surprises are detailed and a summary says whether every verdict is as expected."""
+    surprise = {id(o.result): o.surprise for o in outcomes or []}
     registries = list(dict.fromkeys(r.registry for r in results))
     by_key = {(r.revision, r.registry, r.invariant): r for r in results}
     table = Table(title="mla-spec check")
@@ -61,31 +74,69 @@ def check_table(results: list[CheckResult], console: Console) -> None:
     for rev in revisions:
         for j, inv_id in enumerate(invariants):
             cells = [
-                _cell(by_key[(rev, reg, inv_id)]) if (rev, reg, inv_id) in by_key else ""
+                _cell(r, surprise.get(id(r), False)) if (r := by_key.get((rev, reg, inv_id))) else ""
                 for reg in registries
             ]
             table.add_row(
-                escape(rev) if j == 0 else "", inv_id, *cells, end_section=(j == len(invariants) - 1)
+                escape(revision_label(rev)) if j == 0 else "",
+                inv_id,
+                *cells,
+                end_section=(j == len(invariants) - 1),
             )
     console.print(table)
-    for r in results:
+    detailed = results if outcomes is None else [o.result for o in outcomes if o.surprise]
+    for r in detailed:
         if r.verdict == VIOLATED:
-            inv = INVARIANT_BY_ID[r.invariant]
-            shown = f"{len(r.counterexamples)} class{'es' if len(r.counterexamples) != 1 else ''}"
-            heading = "[yellow]WARNING[/]" if inv.level == "warning" else "[red]VIOLATED[/]"
-            console.print(
-                f"\n{heading} [bold]{r.invariant}[/] on {escape(r.revision)} with {r.registry} "
-                f"({shown}{'' if r.complete else ', more not enumerated'})"
-            )
-            console.print(f"  [dim]breaks in production as:[/] {inv.symptom}")
-            for c in r.counterexamples:
-                detail = c.symptom.split(" -> ")[0]
-                console.print(
-                    f"  - {shape_summary(c.shape)}  [cyan]->{c.route['path']}[/]  {detail}", soft_wrap=True
-                )
+            _violation(r, console, show)
         elif r.verdict == UNKNOWN:
             where = escape(f"{r.revision} with {r.registry}: {r.reason}")
             console.print(f"\n[yellow]UNKNOWN[/] {r.invariant} on {where}")
+    if outcomes is not None:
+        expectation_summary(outcomes, console)
+
+
+def _violation(r: CheckResult, console: Console, show: int) -> None:
+    inv = INVARIANT_BY_ID[r.invariant]
+    heading = "[yellow]WARNING[/]" if inv.level == "warning" else "[red]VIOLATED[/]"
+    console.print(
+        f"\n{heading} [bold]{r.invariant}[/] on {escape(r.revision)} with {r.registry} "
+        f"({label_count(r.classes, 'class')}{'' if r.complete else ', more not enumerated'})"
+    )
+    console.print(f"  [dim]breaks in production as:[/] {inv.symptom}")
+    for c in r.counterexamples[:show]:
+        detail = c.symptom.split(" -> ")[0]
+        console.print(f"  - {shape_summary(c.shape)}  [cyan]->{c.route['path']}[/]  {detail}", soft_wrap=True)
+    hidden = len(r.counterexamples) - show
+    if hidden > 0:
+        console.print(
+            f"  [dim]... and {label_count(hidden, 'more class')} (--show {r.classes}, or --format json)[/]"
+        )
+
+
+def expectation_summary(outcomes: list[Outcome], console: Console) -> None:
+    """One line when every verdict is what the manifest expects; else one line per surprise."""
+    manifest = escape(str(outcomes[0].manifest)) if outcomes else ""
+    surprises = [o for o in outcomes if o.surprise]
+    expected_violations = sum(o.result.verdict == VIOLATED for o in outcomes if not o.surprise)
+    if not surprises:
+        console.print(
+            f"\n[green]As expected:[/] all {label_count(len(outcomes), 'verdict')} match {manifest} "
+            f"({expected_violations:,} expected violations, each with its reason there; "
+            "--no-expect details every violation)",
+            soft_wrap=True,
+        )
+        return
+    console.print(
+        f"\n[bold magenta]{label_count(len(surprises), 'surprise')}[/] against {manifest}:", soft_wrap=True
+    )
+    for o in surprises:
+        r, e = o.result, o.expected
+        want = f"expected {e.verdict} (row {e.row}: {escape(e.reason)})" if e else "no row expects it"
+        level = " [dim](warning: does not change the exit status)[/]" if not o.counts else ""
+        console.print(
+            f"  ! {escape(r.revision)} / {r.registry} / {r.invariant}: {r.verdict}, {want}{level}",
+            soft_wrap=True,
+        )
 
 
 def short_verdict(r: CheckResult) -> str:
