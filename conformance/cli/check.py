@@ -68,11 +68,26 @@ from spec.proof.prover import CheckResult
     is_flag=True,
     help="Raw verdicts: no manifest; exit 1 on any violation, and every violation detailed.",
 )
+@click.argument("gate_files", nargs=-1, metavar="[GATE_FILE]...")
 def check_command(
-    revisions, registries, invariants, fmt, max_classes, timeout, show, releases, manifest_path, no_expect
+    revisions,
+    registries,
+    invariants,
+    fmt,
+    max_classes,
+    timeout,
+    show,
+    releases,
+    manifest_path,
+    no_expect,
+    gate_files,
 ) -> None:
     """Prove or refute each routing and buffer-sizing invariant, and compare the verdicts with the
-    expected-verdicts manifest."""
+    expected-verdicts manifest.
+
+    GATE_FILE arguments are rocm_aiter_mla.py files (or vLLM trees) checked like --vllm PATH, so a
+    pre-commit hook can hand check the changed files."""
+    releases = (*releases, *gate_files)
     if no_expect and manifest_path is not None:
         raise BadInput("--expect and --no-expect contradict each other; give one")
     manifest = None if no_expect else read_manifest(manifest_path or BUNDLED)
