@@ -398,3 +398,21 @@ def test_a_warning_level_violation_is_reported_but_does_not_fail_the_check():
         "kernel-exists",
     )
     assert mixed.returncode == 1  # an error-level violation still fails
+
+
+def test_check_names_the_deployments_each_class_hits():
+    """Issue 13 item 8: the seed's failure reads "hits Kimi-K3 TP8 fp8" (main-pre-51011, known-wrong)."""
+    args = ("check", "--no-expect", "--revision", "main-pre-51011", "--registry", "aiter-0.1.20")
+    args += ("--invariant", "no-known-wrong-kernel")
+    out = json.loads(run(*args, "--format", "json").stdout)
+    (result,) = out["results"]
+    seed = [
+        c
+        for c in result["counterexamples"]
+        if c["shape"]["arch"] == "gfx950"
+        and c["shape"]["kv_cache_dtype"] == "fp8"
+        and c["shape"]["spec_method"] == "none"
+    ]
+    assert seed and all("Kimi-K3 TP8 fp8" in c["hits"] for c in seed)
+    text = run(*args, "--show", "10").stdout
+    assert "hits: " in text and "Kimi-K3 TP8 fp8" in text

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
 
 from conformance.cli.errors import BadInput, exit_for_checks, exit_for_expectations
 from conformance.cli.options import (
+    RELEASE_PREFIX,
     invariant_option,
     load_revision,
     max_classes_option,
@@ -97,7 +99,36 @@ def check_command(
     results = check_all(
         targets, registries or REGISTRY_IDS, invariants or list(INVARIANT_BY_ID), max_classes, timeout
     )
-    report(results, fmt, None if manifest is None else compare(results, manifest), show)
+    report(
+        results,
+        fmt,
+        None if manifest is None else compare(results, manifest),
+        show,
+        deployments_hit(results, targets),
+    )
+
+
+def deployments_hit(results: list[CheckResult], targets: list) -> dict[int, list[str]]:
+    """For each counterexample (by id), the bundled deployments its class hits ("Kimi-K3 TP8 fp8").
+
+    Hits are counted with the numpy interpretation of a model revision; a release's real gates (which lift
+    to z3 only) borrow the model revision ``bind`` proves equal to it, and a gate file by path names none.
+    """
+    from spec.analyses.hits import hits
+    from spec.realcode.bind import default_model
+
+    def model_of(target: Any) -> str | None:
+        if isinstance(target, str):
+            return target
+        return default_model(target.id) if target.id.startswith(RELEASE_PREFIX) else None
+
+    model = {t if isinstance(t, str) else t.id: model_of(t) for t in targets}
+    return {
+        id(c): hits(m, r.registry, r.invariant, c.view)
+        for r in results
+        if (m := model[r.revision]) is not None
+        for c in r.counterexamples
+    }
 
 
 def read_manifest(path: Path) -> Manifest:
@@ -107,11 +138,18 @@ def read_manifest(path: Path) -> Manifest:
         raise BadInput(str(e)) from None
 
 
-def report(results: list[CheckResult], fmt: str, outcomes: list[Outcome] | None, show: int = 3) -> None:
+def report(
+    results: list[CheckResult],
+    fmt: str,
+    outcomes: list[Outcome] | None,
+    show: int = 3,
+    hit: dict[int, list[str]] | None = None,
+) -> None:
     """Write the results in one format, then exit by the surprises (or, without a manifest, by the
-    verdicts)."""
+    verdicts).  ``hit`` names the deployments each counterexample's class hits."""
+    hit = hit or {}
     if fmt == "json":
-        click.echo(json.dumps(check_json(results, outcomes), indent=2))
+        click.echo(json.dumps(check_json(results, outcomes, hit), indent=2))
     elif fmt == "sarif":
         from conformance.cli.render.sarif import check_log
 
@@ -121,16 +159,24 @@ def report(results: list[CheckResult], fmt: str, outcomes: list[Outcome] | None,
 
         click.echo(check_report(results, shape_summary, outcomes))
     else:
-        check_table(results, Console(highlight=False), outcomes, show)
+        check_table(results, Console(highlight=False), outcomes, show, hit)
     if outcomes is None:
         exit_for_checks(results)
     exit_for_expectations(outcomes)
 
 
-def check_json(results: list[CheckResult], outcomes: list[Outcome] | None) -> dict:
-    """Every result with every class; with a manifest, each result's expectation and the surprises."""
+def check_json(results: list[CheckResult], outcomes: list[Outcome] | None, hit: dict[int, list[str]]) -> dict:
+    """Every result with every class (and the deployments it hits); with a manifest, each result's
+    expectation and the surprises."""
+
+    def result_json(r: CheckResult) -> dict:
+        out = r.to_json()
+        for c, cj in zip(r.counterexamples, out["counterexamples"]):
+            cj["hits"] = hit.get(id(c), [])
+        return out
+
     if outcomes is None:
-        return {"results": [r.to_json() for r in results]}
+        return {"results": [result_json(r) for r in results]}
     return {
         "manifest": outcomes[0].manifest if outcomes else None,
         "as_expected": not any(o.surprise for o in outcomes),
@@ -139,5 +185,5 @@ def check_json(results: list[CheckResult], outcomes: list[Outcome] | None) -> di
             for o in outcomes
             if o.surprise
         ],
-        "results": [{**o.result.to_json(), **o.to_json()} for o in outcomes],
+        "results": [{**result_json(o.result), **o.to_json()} for o in outcomes],
     }

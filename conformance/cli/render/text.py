@@ -57,7 +57,11 @@ def revision_label(revision: str) -> str:
 
 
 def check_table(
-    results: list[CheckResult], console: Console, outcomes: list[Outcome] | None = None, show: int = 3
+    results: list[CheckResult],
+    console: Console,
+    outcomes: list[Outcome] | None = None,
+    show: int = 3,
+    hit: dict[int, list[str]] | None = None,
 ) -> None:
     """The verdict table, then each violation's first ``show`` classes: with a manifest (``outcomes``),
     only the surprises are detailed and a summary says whether every verdict is as expected."""
@@ -87,7 +91,7 @@ def check_table(
     detailed = results if outcomes is None else [o.result for o in outcomes if o.surprise]
     for r in detailed:
         if r.verdict == VIOLATED:
-            _violation(r, console, show)
+            _violation(r, console, show, hit or {})
         elif r.verdict == UNKNOWN:
             where = escape(f"{r.revision} with {r.registry}: {r.reason}")
             console.print(f"\n[yellow]UNKNOWN[/] {r.invariant} on {where}")
@@ -95,7 +99,23 @@ def check_table(
         expectation_summary(outcomes, console)
 
 
-def _violation(r: CheckResult, console: Console, show: int) -> None:
+HITS_SHOWN = 6  # deployment groups named per class in text (JSON has every deployment)
+
+
+def grouped_hits(labels: list[str]) -> list[str]:
+    """Deployment labels with the TP sizes of one model and setting merged: "Kimi-K3 TP4/TP8 fp8"."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for label in labels:
+        model, sep, rest = label.partition(" TP")
+        tp, _, setting = rest.partition(" ")
+        groups.setdefault((model, setting) if sep else (label, ""), []).append(f"TP{tp}" if sep else "")
+    return [
+        f"{model} {'/'.join(tps)} {setting}".strip() if setting else model
+        for (model, setting), tps in groups.items()
+    ]
+
+
+def _violation(r: CheckResult, console: Console, show: int, hit: dict[int, list[str]]) -> None:
     inv = INVARIANT_BY_ID[r.invariant]
     heading = "[yellow]WARNING[/]" if inv.level == "warning" else "[red]VIOLATED[/]"
     console.print(
@@ -106,6 +126,10 @@ def _violation(r: CheckResult, console: Console, show: int) -> None:
     for c in r.counterexamples[:show]:
         detail = c.symptom.split(" -> ")[0]
         console.print(f"  - {shape_summary(c.shape)}  [cyan]->{c.route['path']}[/]  {detail}", soft_wrap=True)
+        names = grouped_hits(hit.get(id(c), []))
+        if names:
+            more = f" and {len(names) - HITS_SHOWN} more" if len(names) > HITS_SHOWN else ""
+            console.print(f"    [dim]hits:[/] {', '.join(names[:HITS_SHOWN])}{more}", soft_wrap=True)
     hidden = len(r.counterexamples) - show
     if hidden > 0:
         console.print(
