@@ -286,9 +286,12 @@ def _gluon_reads_fp8(d: Decision) -> Term:
     return all_of(d.on_gluon, eq(d.gluon_call.kv_dtype, "fp8"))
 
 
-def _known_wrong_text(d: Decision, reg: Registry) -> str:
+def known_wrong_text(d: Decision, reg: Registry) -> str:
+    """The registry's known-wrong entries a step lands on: what each is, what it does, how it is known."""
     hit = [w for w, matched in zip(reg.known_wrong, d.known_wrong, strict=True) if matched]
-    return "; ".join(f"{w.what}: {w.effect} ({w.status} fault, aiter {reg.aiter_version})" for w in hit)
+    return f"{d.route.path} runs " + "; ".join(
+        f"{w.what}: {w.effect} (aiter {reg.aiter_version}, {w.status})" for w in hit
+    )
 
 
 WRONG_OUTPUTS: tuple[Effect, ...] = (
@@ -323,7 +326,7 @@ WRONG_OUTPUTS: tuple[Effect, ...] = (
         "known_wrong",
         SILENT_WRONG_OUTPUT,
         lambda d: all_of(d.on_asm, any_of(*d.known_wrong)),
-        lambda d, reg: "the step lands on a path the registry lists as wrong, " + _known_wrong_text(d, reg),
+        known_wrong_text,
     ),
 )
 
@@ -365,13 +368,18 @@ class Symptom:
 
     kind: str  # one of SYMPTOM_KINDS, or NONE where the step shows none of them
     cause: str  # the Failure's or the Effect's kind
-    headline: str  # a sentence: the kind and what happens
-    message: str = ""  # the exception's text (a crash)
+    summary: str  # the kind in words ("crash: KeyError raised in ...", "silent wrong output, no error")
+    message: str = ""  # what happens, with the step's values: the exception's text, or the effect's
     exception: str | None = None  # its type's name (a crash)
     raised_in: str | None = None  # the code that raises it (a crash)
 
+    @property
+    def headline(self) -> str:
+        """The summary, then the message."""
+        return f"{self.summary}: {self.message}" if self.message else self.summary
+
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"symptom_kind": self.kind, "cause": self.cause}
+        out: dict[str, Any] = {"symptom_kind": self.kind, "symptom_cause": self.cause}
         if self.exception is not None:
             out.update(exception=self.exception, raised_in=self.raised_in)
         return out
@@ -388,5 +396,5 @@ def symptom_of(d: Decision, registry: Registry) -> Symptom:
     for e in (*WRONG_OUTPUTS, *PERFORMANCE_LOSSES):
         if e.applies(d):
             what = "silent wrong output, no error" if e.symptom == SILENT_WRONG_OUTPUT else "performance only"
-            return Symptom(e.symptom, e.kind, f"{what}: {e.message(d, registry)}")
+            return Symptom(e.symptom, e.kind, what, e.message(d, registry))
     return Symptom(NONE, NONE, "no crash, wrong output or lost schedule on this step")

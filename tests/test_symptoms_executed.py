@@ -91,6 +91,7 @@ class Class:
     invariant: str
     shape: Shape
     symptom: Symptom
+    reported: dict[str, Any]  # the counterexample as check's JSON has it
 
     def key(self) -> tuple[str, str, str]:
         return (self.revision, self.registry, repr(self.shape))
@@ -118,7 +119,7 @@ def _classes() -> list[Class]:
         reg = load_registry(r.registry)
         for c in r.counterexamples:
             d = decide(get_revision(r.revision), reg, c.shape)
-            out.append(Class(r.revision, r.registry, r.invariant, c.shape, symptom_of(d, reg)))
+            out.append(Class(r.revision, r.registry, r.invariant, c.shape, symptom_of(d, reg), c.to_json()))
     return out
 
 
@@ -270,6 +271,13 @@ def test_every_class_has_a_symptom_kind(replayed):
     assert len(classes) > 300
     nameless = [str(c) for c in classes if c.symptom.kind not in SYMPTOM_KINDS]
     assert not nameless, f"{len(nameless)} classes without a symptom in the failure order: {nameless[:10]}"
+
+
+def test_check_json_carries_each_class_symptom(replayed):
+    classes, _ = replayed
+    for c in classes:
+        assert {k: c.reported.get(k) for k in c.symptom.to_json()} == c.symptom.to_json(), c
+        assert c.symptom.summary in c.reported["symptom"], c
 
 
 def test_every_class_symptom_agrees_with_the_executed_release(replayed):

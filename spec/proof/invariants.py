@@ -21,7 +21,15 @@ from dataclasses import dataclass
 
 from mla_model.decision import Decision
 from mla_model.derived import is_quantized_kv_cache
-from mla_model.failures import ASM_FAILURES, GLUON_FAILURES, NONE, first_failure, first_of, symptom_of
+from mla_model.failures import (
+    ASM_FAILURES,
+    GLUON_FAILURES,
+    NONE,
+    first_failure,
+    first_of,
+    known_wrong_text,
+    symptom_of,
+)
 from mla_model.logic import Term, all_of, any_of, iff, implies, is_in, not_
 from mla_model.registry import Registry
 from mla_model.route import ASM_PATHS
@@ -53,8 +61,7 @@ class Invariant:
         if found.kind == NONE:
             what = self.symptom
         else:
-            message = found.message if found.message and found.message not in detail else ""
-            what = found.headline + (f" ({message})" if message else "")
+            what = found.summary + (f": {found.message}" if found.message not in detail else "")
         return f"{detail} -> {what}" if detail else what
 
 
@@ -188,13 +195,6 @@ def _kv_past_bound(d: Decision, reg: Registry) -> str:
     return (
         f"{d.route.path} reads a {d.shape.kv_cache_bytes:,}-byte layer KV cache; aiter {reg.aiter_version}'s "
         f"mla_gluon addresses {reg.gluon_max_kv_cache_bytes:,} bytes correctly"
-    )
-
-
-def _lands_on_known_wrong(d: Decision, reg: Registry) -> str:
-    hit = [w for w, matched in zip(reg.known_wrong, d.known_wrong, strict=True) if matched]
-    return "; ".join(
-        f"{d.route.path} runs {w.what}: {w.effect} (aiter {reg.aiter_version}, {w.status})" for w in hit
     )
 
 
@@ -380,7 +380,7 @@ INVARIANTS: tuple[Invariant, ...] = (
         "(for the non-persistent fp8 path, #51011's GSM8K fall to 74.00% from 97.19%)",
         source="vLLM #51011; ROCm/aiter #5679 (sources §48)",
         holds=_no_known_wrong_kernel,
-        detail=_lands_on_known_wrong,
+        detail=known_wrong_text,
         anchor="def _build_decode",
         view=("arch", "q_dtype", "kv", "path"),
     ),

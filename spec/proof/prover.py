@@ -24,6 +24,7 @@ from typing import Any
 import z3
 
 from mla_model.decision import Decision, decide
+from mla_model.failures import symptom_of
 from mla_model.logic import EnumTerm, Term
 from mla_model.registry import Registry, load_registry
 from mla_model.revisions import get_revision
@@ -64,9 +65,15 @@ class Counterexample:
     route: dict[str, Any]
     symptom: str
     view: dict[str, Any]
+    symptom_kind: dict[str, Any] = field(default_factory=dict)  # mla_model.failures.Symptom.to_json
 
     def to_json(self) -> dict[str, Any]:
-        return {"shape": self.shape.to_json(), "route": self.route, "symptom": self.symptom}
+        return {
+            "shape": self.shape.to_json(),
+            "route": self.route,
+            "symptom": self.symptom,
+            **self.symptom_kind,
+        }
 
 
 @dataclass
@@ -313,7 +320,13 @@ def check(
             shape = p.symbolic.to_shape(model)
             d = _confirm(p, inv, shape)
             result.counterexamples.append(
-                Counterexample(shape, d.route.to_json(), inv.describe(d, p.registry), dict(key))
+                Counterexample(
+                    shape,
+                    d.route.to_json(),
+                    inv.describe(d, p.registry),
+                    dict(key),
+                    symptom_of(d, p.registry).to_json(),
+                )
             )
         result.counterexamples.sort(
             key=lambda c: (
