@@ -8,7 +8,15 @@ from typing import Any
 from mla_model.derived import kernel_kv_dtype
 from mla_model.failures import AsmCall, GluonCall
 from mla_model.logic import Term, is_in
-from mla_model.registry import AsmLookup, GluonCheck, Registry, asm_lookup, gluon_check, known_wrong_matches
+from mla_model.registry import (
+    AsmLookup,
+    GluonCheck,
+    Registry,
+    asm_lookup,
+    gluon_check,
+    known_wrong_matches,
+    v_scale_dropped,
+)
 from mla_model.revisions.base import Revision
 from mla_model.route import ASM_PATHS, GLUON_PATHS, Route
 
@@ -24,6 +32,7 @@ class Decision:
     known_wrong: tuple[
         Term, ...
     ] = ()  # per registry entry of known-wrong kernels: the ASM request lands on it
+    v_scale_dropped: Term = False  # the ASM kernel applies kv_scale to the scores but not to V
 
     @property
     def on_gluon(self) -> Term:
@@ -71,4 +80,5 @@ def decide(revision: Revision, registry: Registry, s: Any) -> Decision:
             s.kv_cache_bytes,
         ),
         known_wrong=tuple(known_wrong_matches(registry, s.arch, route.request, asm)),
+        v_scale_dropped=v_scale_dropped(registry, s.arch, route.request, asm),
     )

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mla_model.logic import Term, all_of, any_of, choose, eq, not_
-from mla_model.registry import AsmLookup, GluonCheck, Registry
+from mla_model.registry import AsmLookup, GluonCheck, Registry, resolved_kernel
 from mla_model.route import KernelRequest
 
 if TYPE_CHECKING:
@@ -286,6 +286,33 @@ def _gluon_reads_fp8(d: Decision) -> Term:
     return all_of(d.on_gluon, eq(d.gluon_call.kv_dtype, "fp8"))
 
 
+def v_scale_miscounted(d: Decision) -> Term:
+    """An ASM step over an fp8 cache whose V does not get the cache's scale exactly once: the kernel leaves
+    it unscaled and vLLM does not rescale, or vLLM rescales what the kernel already scaled (sources §57)."""
+    dropped, rescaled = d.v_scale_dropped, d.route.v_scale_fix
+    return all_of(
+        d.on_asm,
+        eq(d.route.request.kv_dtype, "fp8"),
+        any_of(all_of(dropped, not_(rescaled)), all_of(not_(dropped), rescaled)),
+    )
+
+
+def v_scale_text(d: Decision, reg: Registry) -> str:
+    """What a step's V scaling comes to, with its kernel, for a concrete step."""
+    kernel = resolved_kernel(reg, d.shape.arch, d.route.request, d.asm)
+    if d.v_scale_dropped and not d.route.v_scale_fix:
+        return (
+            f"{kernel} applies kv_scale to the scores but not to V, and vLLM does not rescale: the output is "
+            f"short by the cache's scale (aiter {reg.aiter_version}, reported)"
+        )
+    if d.route.v_scale_fix and not d.v_scale_dropped:
+        return (
+            "vLLM multiplies the output by k_scale (its probe asked about the fp8-query kernel), but "
+            f"{kernel} already applied it: V scaled twice"
+        )
+    return f"{kernel} scales V by the cache's scale once"
+
+
 def known_wrong_text(d: Decision, reg: Registry) -> str:
     """The registry's known-wrong entries a step lands on: what each is, what it does, how it is known."""
     hit = [w for w, matched in zip(reg.known_wrong, d.known_wrong, strict=True) if matched]
@@ -322,6 +349,7 @@ WRONG_OUTPUTS: tuple[Effect, ...] = (
             "decode: every token but one attends wrongly"
         ),
     ),
+    Effect("asm_v_scale", SILENT_WRONG_OUTPUT, v_scale_miscounted, v_scale_text),
     Effect(
         "known_wrong",
         SILENT_WRONG_OUTPUT,

@@ -104,6 +104,9 @@ class Registry:
     gluon_max_kv_cache_bytes: int  # past this, one layer's KV is read out of range (sources §47)
     kernels: tuple[KernelRow, ...]
     known_wrong: tuple[KnownWrong, ...] = ()
+    # Kernels that apply kv_scale to the scores but not to V: the output is short by kv_scale unless vLLM
+    # multiplies it back (vLLM 0.34.0's fp8_v_scale_fix).  Same fields as known_wrong (sources §57).
+    v_scale_dropped: tuple[KnownWrong, ...] = ()
 
     @property
     def block_n_keys(self) -> tuple[int, ...]:
@@ -148,10 +151,15 @@ def parse_registry(data: dict[str, Any]) -> Registry:
         gluon_fp8_batched=bool(gluon["fp8_batched"]),
         gluon_max_kv_cache_bytes=int(gluon["max_kv_cache_bytes"]),
         kernels=tuple(KernelRow(**{**row, "cprr": row.get("cprr", 0)}) for row in data["kernel"]),
-        known_wrong=tuple(
-            KnownWrong(**{**w, "arch": tuple(w.get("arch", ())), "qlen": tuple(w.get("qlen", ()))})
-            for w in data.get("known_wrong", ())
-        ),
+        known_wrong=_kernel_faults(data.get("known_wrong", ())),
+        v_scale_dropped=_kernel_faults(data.get("v_scale_dropped", ())),
+    )
+
+
+def _kernel_faults(tables: Any) -> tuple[KnownWrong, ...]:
+    return tuple(
+        KnownWrong(**{**w, "arch": tuple(w.get("arch", ())), "qlen": tuple(w.get("qlen", ()))})
+        for w in tables
     )
 
 
@@ -387,8 +395,20 @@ def gluon_check(
 
 def known_wrong_matches(reg: Registry, arch: Term, req: KernelRequest, lookup: AsmLookup) -> list[Term]:
     """Per entry of ``reg.known_wrong``: the request runs (a kernel takes it) and lands on that entry."""
+    return kernel_fault_matches(reg, reg.known_wrong, arch, req, lookup)
+
+
+def v_scale_dropped(reg: Registry, arch: Term, req: KernelRequest, lookup: AsmLookup) -> Term:
+    """The request runs on a kernel that applies kv_scale to the scores but not to V (sources §57)."""
+    return any_of(*kernel_fault_matches(reg, reg.v_scale_dropped, arch, req, lookup))
+
+
+def kernel_fault_matches(
+    reg: Registry, entries: tuple[KnownWrong, ...], arch: Term, req: KernelRequest, lookup: AsmLookup
+) -> list[Term]:
+    """Per entry: the request runs (a kernel takes it) and every field the entry names matches."""
     out = []
-    for w in reg.known_wrong:
+    for w in entries:
         terms = [lookup.kernel_ok]
         if w.arch:
             terms.append(is_in(arch, w.arch))

@@ -58,6 +58,9 @@ class Route:
     kv_scale_passed: bool  # the cache's KV scale reaches a Gluon kernel (False: hard-coded 1.0)
     vllm_raises: Term  # vLLM itself raises before any kernel runs
     builder_use_gluon_verify: Term = None  # None where the builder never evaluates verify
+    # vLLM multiplies the ASM output by the cache's k_scale after the kernel (0.34.0's fp8_v_scale_fix):
+    # right where the kernel left V unscaled, a second scaling where it did not (sources §57).
+    v_scale_fix: Term = False
 
     def to_json(self) -> dict[str, Any]:
         """The route of one concrete Shape as JSON-ready plain values."""

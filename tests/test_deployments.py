@@ -115,9 +115,10 @@ def test_the_seed_class_on_main_hits_kimi_k3_tp8_fp8():
 
 def _python_classes(rev: str, reg: str, deployment) -> dict[str, set[tuple]]:
     """Per invariant, the classes the plain Python interpretation puts the deployment's shapes in: every
-    valid shape with its heads, KV dtype, drafter and k, the other fields over the box (DCP 1)."""
+    valid shape with its heads, KV dtype, drafter and k (and the query dtype vLLM gives that cache: the
+    Shape default), the other fields over the box (DCP 1)."""
     revision, registry = get_revision(rev), load_registry(reg)
-    free = ("arch", "q_dtype", "num_reqs", "asm_padding_mode", "gluon_build", "causal", "kv_cache_bytes")
+    free = ("arch", "num_reqs", "asm_padding_mode", "gluon_build", "causal", "kv_cache_bytes")
     found: dict[str, set[tuple]] = {inv.id: set() for inv in INVARIANTS}
     for method in deployment.spec_methods:
         for qlen, values in itertools.product(

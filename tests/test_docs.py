@@ -88,7 +88,7 @@ def test_every_relative_link_and_anchor_resolves():
 def test_the_readme_says_truly_what_the_first_command_gives():
     """README: the first command exits 0, every verdict being the manifest's; the violations it lists are
     the ones the bundled manifest expects (every revision kernel-exists, total and gluon-only-where-built;
-    the pre-fix ones a #51011 property; all but 0.34 no-known-wrong-kernel)."""
+    the pre-fix ones a #51011 property; all but 0.34 no-known-wrong-kernel; all kv-scale-applied)."""
     from mla_model.revisions import REVISIONS
     from spec.proof.expectations import load_manifest
     from spec.proof.invariants import INVARIANT_BY_ID
@@ -96,6 +96,7 @@ def test_the_readme_says_truly_what_the_first_command_gives():
     text = " ".join((docgen.REPO / "README.md").read_text().split())
     assert "It exits 0 when every verdict is the one the manifest records." in text
     assert "every revision violates `kernel-exists`, `total` and `gluon-only-where-built`" in text
+    assert "every one `kv-scale-applied`" in text
     manifest = load_manifest()
 
     def expected(revision: str, invariant: str) -> str:
@@ -114,3 +115,4 @@ def test_the_readme_says_truly_what_the_first_command_gives():
         assert (expected(revision, "no-known-wrong-kernel") == VIOLATED) == (revision != "vllm-0.34"), (
             revision
         )
+        assert expected(revision, "kv-scale-applied") == VIOLATED

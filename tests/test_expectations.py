@@ -8,7 +8,10 @@ import textwrap
 
 import pytest
 
+from mla_model.registry import REGISTRY_IDS
+from mla_model.revisions import REVISIONS
 from spec.proof.expectations import BUNDLED, ManifestError, compare, load_manifest
+from spec.proof.invariants import INVARIANT_BY_ID
 from spec.proof.prover import CheckResult
 from spec.proof.verdict import PROVED, UNKNOWN, VIOLATED
 from tests.cli import run
@@ -25,7 +28,7 @@ def test_the_bundled_default_is_as_expected_and_exits_0(default_check):
     code, out = default_check
     assert code == 0
     assert out["as_expected"] and out["surprises"] == []
-    assert len(out["results"]) == 8 * 2 * 13
+    assert len(out["results"]) == len(REVISIONS) * len(REGISTRY_IDS) * len(INVARIANT_BY_ID)
     assert {r["verdict"] for r in out["results"]} == {PROVED, VIOLATED}
 
 
@@ -276,8 +279,8 @@ def test_junit_passes_expected_violations_and_fails_surprises(tmp_path):
         path,
     )
     assert (
-        r.returncode == 1 and 'failures="5"' in r.stdout
-    )  # gluon-only-where-built, kernel-exists, gluon-kv-in-bounds, known-wrong, total
+        r.returncode == 1 and 'failures="6"' in r.stdout
+    )  # gluon-only-where-built, kernel-exists, gluon-kv-in-bounds, known-wrong, kv-scale, total
 
 
 @pytest.mark.network

@@ -32,6 +32,12 @@ KNOWN_BAD = {
         lambda *args: False,
         vllm_034,
     ),
+    "kv-scale-applied": (
+        dcp_era,
+        "fp8_v_scale_fix",  # 0.34 without its V-scale correction: aiter #6732's kernel left as it is
+        lambda *args: False,
+        vllm_034,
+    ),
     "gluon-kv-in-bounds": (
         dcp_era,
         "_gluon_kv_cache_in_bounds",  # 0.31's 2 GiB guard dropped

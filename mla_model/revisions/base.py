@@ -139,9 +139,11 @@ def compose_route(
     triton_verify: Term = False,
     vllm_raises: Term = False,
     builder_gv: Term = None,
+    v_scale_fix: Any = None,
 ) -> Route:
     """A revision's gates composed into its Route: the builder's persistent gate ``wants and 1 <= qlen <=
-    _mtp_decode_qlen``, forward_mqa's order of tests, and Gluon handed kv_scale=1.0 (every revision)."""
+    _mtp_decode_qlen``, forward_mqa's order of tests, and Gluon handed kv_scale=1.0 (every revision).
+    ``v_scale_fix``, if given, is a function of the persistent gate: where vLLM rescales the ASM output."""
     qlen = s.max_qo_len
     persistent = all_of(wants, qlen >= 1, qlen <= mtp_decode_qlen)
     return Route(
@@ -159,6 +161,7 @@ def compose_route(
         kv_scale_passed=False,  # both Gluon calls pass kv_scale=1.0
         vllm_raises=vllm_raises,
         builder_use_gluon_verify=builder_gv,
+        v_scale_fix=False if v_scale_fix is None else v_scale_fix(persistent),
     )
 
 

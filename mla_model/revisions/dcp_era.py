@@ -21,7 +21,7 @@ from typing import Any
 
 from mla_model.derived import dcp_decode_heads, is_quantized_kv_cache, parallel_drafting
 from mla_model.logic import Term, all_of, any_of, ceil_to_multiple, eq, if_then_else, implies, is_in, ne, not_
-from mla_model.registry import Registry
+from mla_model.registry import Registry, asm_lookup, v_scale_dropped
 from mla_model.revisions import vllm_028
 from mla_model.revisions.base import (
     ASM_PADDED_MAX_PS_QLEN,
@@ -33,7 +33,7 @@ from mla_model.revisions.base import (
     on_gfx950,
     padding_of,
 )
-from mla_model.route import Route
+from mla_model.route import KernelRequest, Route
 
 _AITER_MAX_PADDED_MLA_HEADS = 128
 _GLUON_MAX_KV_CACHE_BYTES = 1 << 31
@@ -50,6 +50,7 @@ class Features:
     )
     kv_bound: bool  # 0.31.0+: Gluon refused above _GLUON_MAX_KV_CACHE_BYTES per layer
     triton_verify: bool  # 0.34.0: CDNA3 causal verify past qlen 4 on vLLM's Triton kernel
+    v_scale_fix: bool  # 0.34.0: the ASM output rescaled by k_scale where a probe finds V left unscaled
     reorder_batch_threshold: Callable[[Any], Term]
 
 
@@ -116,6 +117,27 @@ def _asm_causal_verify_unsupported(
     )
 
 
+def fp8_v_scale_fix(s: Any, reg: Registry, m: Term, fp8: Term, persistent: Term) -> Term:
+    """0.34.0 (sources §57): the builder probes qlens ``2..min(_mtp_decode_qlen, 4)`` of an fp8 cache at
+    DCP 1 (L1384-1402) with ``_aiter_fp8_mla_decode_drops_v_scale(m, qlen, kv == "fp8")``: one causal
+    persistent block with an fp8 query (the normalised "fp8" dtype string makes ``q_fp8`` true for every
+    fp8 cache); ``fp8_v_scale_fix`` is set for a step with persistent metadata at such a qlen (L2184-2188),
+    and forward_mqa multiplies the ASM output by k_scale (L3702-3703).  The probe measures AITER; here the
+    registry answers it."""
+    qlen = s.max_qo_len
+    probe = KernelRequest(
+        q_dtype="fp8", kv_dtype="fp8", padded_heads=m, kernel_qlen=qlen, persistent=True, causal=True
+    )
+    return all_of(
+        fp8,
+        s.dcp_world_size == 1,
+        persistent,  # has_persistent_metadata, which also bounds qlen by _mtp_decode_qlen
+        qlen >= 2,
+        qlen <= ASM_PADDED_MAX_PS_QLEN,
+        v_scale_dropped(reg, s.arch, probe, asm_lookup(reg, s.arch, probe, 1)),
+    )
+
+
 def route(f: Features, s: Any, reg: Registry) -> Route:
     heads = dcp_decode_heads(s)  # self._decode_num_heads
     qlen, dtype = s.max_qo_len, s.kv_cache_dtype
@@ -161,6 +183,7 @@ def route(f: Features, s: Any, reg: Registry) -> Route:
         triton_verify=use_triton_verify,
         vllm_raises=raises,
         builder_gv=gv,
+        v_scale_fix=partial(fp8_v_scale_fix, s, reg, m, fp8) if f.v_scale_fix else None,
     )
 
 

@@ -17,6 +17,10 @@ REVISION = make_revision(
     "vLLM 0.29.0 (DCP-aware gates), non-DCP paths",
     "vllm==0.29.0 rocm_aiter_mla.py (md5 65caab10), L422, L1037, L1334, L1356",
     Features(
-        causal=False, kv_bound=False, triton_verify=False, reorder_batch_threshold=reorder_batch_threshold
+        causal=False,
+        kv_bound=False,
+        triton_verify=False,
+        v_scale_fix=False,
+        reorder_batch_threshold=reorder_batch_threshold,
     ),
 )

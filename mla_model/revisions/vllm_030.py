@@ -14,6 +14,10 @@ REVISION = make_revision(
     "vLLM 0.30.0 (non-causal draft blocks), non-DCP paths",
     "vllm==0.30.0 rocm_aiter_mla.py (md5 d2ff8ef6), L512, L1134, L1474, L1496",
     Features(
-        causal=True, kv_bound=False, triton_verify=False, reorder_batch_threshold=reorder_batch_threshold
+        causal=True,
+        kv_bound=False,
+        triton_verify=False,
+        v_scale_fix=False,
+        reorder_batch_threshold=reorder_batch_threshold,
     ),
 )

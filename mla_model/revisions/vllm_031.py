@@ -16,6 +16,10 @@ REVISION = make_revision(
     "vLLM 0.31.0 / 0.32.0 (2 GiB Gluon bound), non-DCP paths",
     "vllm==0.31.0 rocm_aiter_mla.py (md5 dc21e273), L657, L1360, L1727, L1756",
     Features(
-        causal=True, kv_bound=True, triton_verify=False, reorder_batch_threshold=reorder_batch_threshold_031
+        causal=True,
+        kv_bound=True,
+        triton_verify=False,
+        v_scale_fix=False,
+        reorder_batch_threshold=reorder_batch_threshold_031,
     ),
 )

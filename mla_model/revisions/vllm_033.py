@@ -13,6 +13,10 @@ REVISION = make_revision(
     "vLLM 0.33.0 (row-view DCP verify), non-DCP paths",
     "vllm==0.33.0 rocm_aiter_mla.py (md5 6aeae043), L871, L1694, L2129, L2158",
     Features(
-        causal=True, kv_bound=True, triton_verify=False, reorder_batch_threshold=reorder_batch_threshold_031
+        causal=True,
+        kv_bound=True,
+        triton_verify=False,
+        v_scale_fix=False,
+        reorder_batch_threshold=reorder_batch_threshold_031,
     ),
 )

@@ -16,6 +16,10 @@ REVISION = make_revision(
     "vLLM 0.34.0 (newest release), non-DCP paths",
     "vllm==0.34.0 rocm_aiter_mla.py (md5 f39fa31e), L1122, L2044, L2555, L2584",
     Features(
-        causal=True, kv_bound=True, triton_verify=True, reorder_batch_threshold=reorder_batch_threshold_034
+        causal=True,
+        kv_bound=True,
+        triton_verify=True,
+        v_scale_fix=True,
+        reorder_batch_threshold=reorder_batch_threshold_034,
     ),
 )

@@ -3,7 +3,8 @@
 A deployment fixes a shape's heads per rank, KV-cache dtype, drafter and k (DCP 1).  It hits a class of an
 invariant when some shape with those values is valid for the revision, violates the invariant, and has the
 class's view values; every other field is free within the brute-force box (``FieldSpec.box``), the query
-length up to the revision's ``reorder_batch_threshold`` for that drafter.
+length up to the revision's ``reorder_batch_threshold`` for that drafter, the query's dtype the one vLLM
+gives the cache's (fp8 exactly for an fp8 cache).
 
 The shapes are evaluated once per (revision, registry) with the numpy interpretation the brute-force sweep
 uses (:mod:`spec.proof.bruteforce`): one table of every deployment's shapes, its valid rows decided at once,
@@ -24,13 +25,15 @@ from mla_model.logic import EnumTerm, narrow_int_dtype
 from mla_model.registry import Registry, load_registry
 from mla_model.revisions import get_revision
 from mla_model.revisions.base import Revision
-from mla_model.shape import FIELD_BY_NAME
+from mla_model.shape import FIELD_BY_NAME, Shape
 from spec.proof.bruteforce import column_view, valid_columns
 from spec.proof.invariants import INVARIANT_BY_ID
 from spec.proof.views import view_terms
 
-# The fields a deployment leaves free, each over its box; the deployment fixes heads, KV dtype, drafter, k.
-_FREE = ("arch", "q_dtype", "num_reqs", "asm_padding_mode", "gluon_build", "causal", "kv_cache_bytes")
+# The fields a deployment leaves free, each over its box; the deployment fixes heads, KV dtype, drafter, k,
+# and with the KV dtype the query's: vLLM quantizes the decode query to fp8 exactly when the cache is fp8
+# (sources §2), so a bf16 query over an fp8 cache is no bundled deployment's.
+_FREE = ("arch", "num_reqs", "asm_padding_mode", "gluon_build", "causal", "kv_cache_bytes")
 _DCP = 1
 
 ClassKey = tuple[tuple[str, Any], ...]
@@ -76,6 +79,7 @@ def _table(revision: Revision) -> tuple[dict[str, np.ndarray], np.ndarray]:
     cols = {
         "num_heads": _codes("num_heads", heads)[point],
         "kv_cache_dtype": _codes("kv_cache_dtype", kv)[point],
+        "q_dtype": _codes("q_dtype", [Shape(kv_cache_dtype=d).q_dtype for d in kv])[point],
         "spec_method": _codes("spec_method", method)[point],
         "num_spec_tokens": _codes("num_spec_tokens", k)[point],
         "max_qo_len": qlen.astype(narrow_int_dtype(box_q)),

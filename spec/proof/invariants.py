@@ -29,6 +29,8 @@ from mla_model.failures import (
     first_of,
     known_wrong_text,
     symptom_of,
+    v_scale_miscounted,
+    v_scale_text,
 )
 from mla_model.logic import Term, all_of, any_of, iff, implies, is_in, not_
 from mla_model.registry import Registry
@@ -113,6 +115,29 @@ def _gluon_kv_in_bounds(d: Decision) -> Term:
 
 def _no_known_wrong_kernel(d: Decision) -> Term:
     return implies(d.on_asm, not_(any_of(*d.known_wrong)))
+
+
+def _kv_scale_applied(d: Decision) -> Term:
+    """On a step that runs (vLLM does not raise, the kernel takes the call): Gluon gets the cache's scale,
+    and an ASM kernel's V gets it exactly once (the kernel's own scaling plus any vLLM rescale)."""
+    fp8 = is_quantized_kv_cache(d.shape.kv_cache_dtype)
+    runs_on_gluon = all_of(d.on_gluon, d.gluon.runs)
+    return implies(
+        all_of(fp8, not_(d.route.vllm_raises)),
+        all_of(
+            implies(runs_on_gluon, d.route.kv_scale_passed),
+            implies(d.asm.kernel_ok, not_(v_scale_miscounted(d))),
+        ),
+    )
+
+
+def _scale_off(d: Decision, reg: Registry) -> str:
+    if d.on_gluon:
+        return (
+            f"{d.route.path} hands mla_gluon kv_scale=1.0 over an fp8 cache: scores and V miss the cache's "
+            "scale"
+        )
+    return v_scale_text(d, reg)
 
 
 def _persistent_metadata_used(d: Decision) -> Term:
@@ -381,6 +406,22 @@ INVARIANTS: tuple[Invariant, ...] = (
         source="vLLM #51011; ROCm/aiter #5679 (sources §48)",
         holds=_no_known_wrong_kernel,
         detail=known_wrong_text,
+        anchor="def _build_decode",
+        view=("arch", "q_dtype", "kv", "path"),
+    ),
+    Invariant(
+        id="kv-scale-applied",
+        statement="A step over an fp8 KV cache that runs applies the cache's scale exactly once, to the "
+        "scores and to V.",
+        why="An fp8 cache stores values divided by its scale; the kernel must multiply them back. vLLM hands "
+        "Gluon kv_scale=1.0, gfx942's gqa-16 qseqlen-4 fp8 kernel scales the scores but not V (aiter #6732), "
+        "and vLLM 0.34.0 rescales the output where a probe of the fp8-query kernel finds the drop.",
+        symptom="silently wrong attention, no error: the output off by the cache's scale (too small where V "
+        "misses it, too large where vLLM rescales what the kernel already scaled)",
+        source="vLLM 0.34.0 _aiter_fp8_mla_decode_drops_v_scale, fp8_v_scale_fix; ROCm/aiter #6732 "
+        "(sources §27, §57)",
+        holds=_kv_scale_applied,
+        detail=_scale_off,
         anchor="def _build_decode",
         view=("arch", "q_dtype", "kv", "path"),
     ),

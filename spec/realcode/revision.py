@@ -42,6 +42,7 @@ from mla_model.revisions.base import (
     forward_path,
     padding_of,
 )
+from mla_model.revisions.dcp_era import fp8_v_scale_fix
 from mla_model.route import Route
 from mla_model.shape import KV_CACHE_DTYPES, Shape
 from spec.proof.terms import symbolic_shape
@@ -93,6 +94,10 @@ class RealGates:
         self.gathers_dcp = "_decode_num_heads" in self.extracted.init_attrs
         self.flatten_verify = "dcp_world_size" not in verify_params  # 0.27 / 0.28: row flatten, batch R*Q
         self.kv_scale_passed = "kv_scale=1.0" not in self.extracted.forward_source
+        # 0.34.0's V-scale correction: its qlen set comes from an AITER probe, so it is not lifted; the
+        # model's formula stands in for it (dcp_era.fp8_v_scale_fix), and the executed differential checks
+        # that formula against the release's builder and forward_mqa shape by shape (sources §57).
+        self.rescales_v = "fp8_v_scale_fix" in source.text
 
     def outputs(self, s: Any, wrap: Any = lambda name, v: v) -> dict[str, Any]:
         """Every routing answer of the release for shape ``s`` (plain or symbolic via ``wrap``)."""
@@ -250,6 +255,9 @@ def _real_revision(source: Source, lifting: bool) -> Revision:
             kv_scale_passed=concrete.kv_scale_passed,
             vllm_raises=o["raises"],
             builder_use_gluon_verify=o["builder_gv"],
+            v_scale_fix=fp8_v_scale_fix(s, reg, m, is_quantized_kv_cache(s.kv_cache_dtype), o["gate"])
+            if concrete.rescales_v
+            else False,
         )
 
     def scope(reg: Registry) -> list[Rule]:

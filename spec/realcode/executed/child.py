@@ -61,7 +61,12 @@ def install(release_file: Path, tree: Path | None) -> Any:
 
     mla_spec_stub.STATE.tree = tree
     mla_spec_stub.cpu_torch_shims()
-    return importlib.import_module(MODULE)
+    module = importlib.import_module(MODULE)
+    if hasattr(module, "_aiter_fp8_mla_decode_drops_v_scale"):  # 0.34.0's probe measures AITER on a GPU
+        from mla_spec_stub import recorder
+
+        module._aiter_fp8_mla_decode_drops_v_scale = recorder.drops_v_scale  # type: ignore[attr-defined]
+    return module
 
 
 def _clear_caches(module: Any) -> None:
@@ -169,6 +174,7 @@ class Step:
                 "max_qo_len": int(decode.max_qo_len),
                 "use_gluon_decode": bool(decode.use_gluon_decode),
                 "has_persistent_metadata": bool(getattr(decode, "has_persistent_metadata", False)),
+                "fp8_v_scale_fix": bool(getattr(decode, "fp8_v_scale_fix", False)),
             }
             out["metadata"] = next((e["metadata"] for e in st.events if "metadata" in e), None)
             out["stage"] = "forward"

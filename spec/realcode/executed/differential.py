@@ -24,6 +24,8 @@ field                     executed side
 ``kernel``                the code object that request resolves to in the registry
 ``q_dtype``/``kv_dtype``  dtypes the kernel got
 ``kv_scale``              whether the cache's KV scale reached the kernel
+``v_scale_fix``           whether vLLM rescales the ASM output by k_scale (0.34.0's
+                          ``fp8_v_scale_fix``; its AITER probe answered by the registry)
 ``gluon_rows``            batch rows the Gluon kernel got is one
 ========================  ===========================================================
 """
@@ -126,6 +128,7 @@ def observed(row: dict[str, Any]) -> dict[str, Any]:
         out["kernel_qlen"] = call["max_seqlen_q"]
         out["q_dtype"], out["kv_dtype"] = call["q_dtype"], call["kv_dtype"]
         out["kv_scale"] = call["kv_scale"]
+        out["v_scale_fix"] = bool((row.get("decode") or {}).get("fp8_v_scale_fix", False))
         if "head_map" in call:
             out["head_padding"] = padding_kind(call["head_map"])
         if "kernel" in call:
@@ -176,6 +179,7 @@ def expected(revision: Revision, reg: Registry, shape: Shape, options: dict[str,
         out["kernel_qlen"] = int(req.kernel_qlen)
         out["q_dtype"], out["kv_dtype"] = req.q_dtype, req.kv_dtype
         out["kv_scale"] = true_kv_scale
+        out["v_scale_fix"] = bool(r.v_scale_fix)
         out["head_padding"] = r.head_padding
         name = resolved_kernel(reg, shape.arch, req, d.asm)
         if name != NO_KERNEL:

@@ -307,6 +307,28 @@ def _asm_failure(call: dict[str, Any]) -> tuple[BaseException, str] | None:
     return None
 
 
+def drops_v_scale(num_heads: int, qlen: int, q_fp8: bool) -> bool:
+    """Stand-in for vLLM 0.34.0's ``_aiter_fp8_mla_decode_drops_v_scale`` (L246-342), whose body launches
+    AITER's fp8 persistent decode on one causal block with kv_scale 2 and compares it with a reference: the
+    registry says whether the kernel that block resolves to leaves V unscaled (sources §57).  Only the
+    measurement is replaced; which heads and qlens the builder probes, the metadata flag and the multiply in
+    forward_mqa are the release's code."""
+    from mla_model.registry import asm_lookup, v_scale_dropped
+    from mla_model.route import KernelRequest
+
+    req = KernelRequest(
+        q_dtype="fp8" if q_fp8 else "bf16",
+        kv_dtype="fp8",
+        padded_heads=num_heads,
+        kernel_qlen=qlen,
+        persistent=True,
+        causal=True,
+    )
+    return bool(
+        v_scale_dropped(STATE.registry, STATE.arch, req, asm_lookup(STATE.registry, STATE.arch, req, 1))
+    )
+
+
 def _gluon_failure(call: dict[str, Any]) -> tuple[BaseException, str] | None:
     """What mla_gluon asserts for this call (mla_model.failures); None when it runs."""
     from mla_model.failures import GLUON_ASSERTS, GluonCall, first_of
