@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 import click
 from rich.console import Console
 
-from conformance.cli.errors import BadInput, exit_for_checks, exit_for_expectations
+from conformance.cli.errors import EXIT_VIOLATED, BadInput, exit_for_checks, exit_for_expectations
+from conformance.cli.memory_options import max_num_seqs_option, memory_budget_option
 from conformance.cli.options import (
     RELEASE_PREFIX,
     invariant_option,
@@ -70,6 +72,8 @@ from spec.proof.prover import CheckResult
     is_flag=True,
     help="Raw verdicts: no manifest; exit 1 on any violation, and every violation detailed.",
 )
+@memory_budget_option()
+@max_num_seqs_option("; only with --memory-budget")
 @click.argument("gate_files", nargs=-1, metavar="[GATE_FILE]...")
 def check_command(
     revisions,
@@ -82,6 +86,8 @@ def check_command(
     releases,
     manifest_path,
     no_expect,
+    memory_budget,
+    max_num_seqs,
     gate_files,
 ) -> None:
     """Prove or refute each routing and buffer-sizing invariant, and compare the verdicts with the
@@ -90,6 +96,8 @@ def check_command(
     GATE_FILE arguments are rocm_aiter_mla.py files (or vLLM trees) checked like --vllm PATH, so a
     pre-commit hook can hand check the changed files."""
     releases = (*releases, *gate_files)
+    if max_num_seqs is not None and memory_budget is None:
+        raise BadInput("--max-num-seqs sizes the buffers --memory-budget checks; give --memory-budget too")
     if no_expect and manifest_path is not None:
         raise BadInput("--expect and --no-expect contradict each other; give one")
     manifest = None if no_expect else read_manifest(manifest_path or BUNDLED)
@@ -99,12 +107,18 @@ def check_command(
     results = check_all(
         targets, registries or REGISTRY_IDS, invariants or list(INVARIANT_BY_ID), max_classes, timeout
     )
+    memory = None
+    if memory_budget is not None:
+        from spec.analyses.memory import over_budget
+
+        memory = (memory_budget, *over_budget(targets, memory_budget, max_num_seqs))
     report(
         results,
         fmt,
         None if manifest is None else compare(results, manifest),
         show,
         deployments_hit(results, targets),
+        memory,
     )
 
 
@@ -144,12 +158,18 @@ def report(
     outcomes: list[Outcome] | None,
     show: int = 3,
     hit: dict[int, list[str]] | None = None,
+    memory: tuple[int, list[Any], list[str]] | None = None,
 ) -> None:
     """Write the results in one format, then exit by the surprises (or, without a manifest, by the
-    verdicts).  ``hit`` names the deployments each counterexample's class hits."""
+    verdicts).  ``hit`` names the deployments each counterexample's class hits.  ``memory`` is
+    ``--memory-budget``'s (budget, what exceeds it, notes): reported after the verdicts; anything over the
+    budget makes the exit status 1 whatever the verdicts."""
     hit = hit or {}
     if fmt == "json":
-        click.echo(json.dumps(check_json(results, outcomes, hit), indent=2))
+        out = check_json(results, outcomes, hit)
+        if memory is not None:
+            out["memory"] = memory_json(*memory)
+        click.echo(json.dumps(out, indent=2))
     elif fmt == "sarif":
         from conformance.cli.render.sarif import check_log
 
@@ -160,9 +180,44 @@ def report(
         click.echo(check_report(results, shape_summary, outcomes))
     else:
         check_table(results, Console(highlight=False), outcomes, show, hit)
+    if memory is not None:
+        if fmt == "text":
+            memory_report(*memory, Console(highlight=False))
+        elif fmt != "json":  # SARIF and JUnit stay one document on stdout: the report goes to stderr
+            memory_report(*memory, Console(stderr=True, highlight=False))
+        if memory[1]:
+            sys.exit(EXIT_VIOLATED)
     if outcomes is None:
         exit_for_checks(results)
     exit_for_expectations(outcomes)
+
+
+def memory_json(budget: int, over: list[Any], notes: list[str]) -> dict[str, Any]:
+    return {"budget": budget, "over_budget": [o.to_json() for o in over], "not_measured": notes}
+
+
+def memory_report(budget: int, over: list[Any], notes: list[str], console: Console) -> None:
+    """--memory-budget's lines: each (revision, deployment) over the budget with its bytes."""
+    from rich.markup import escape
+
+    from spec.analyses.memory import human
+
+    verdict = f"[red]{len(over)} over[/]" if over else "[green]none over[/]"
+    console.print(
+        f"\nmemory budget {human(budget)}: {verdict} (persistent decode metadata + AITER's reduce scratch, "
+        "every bundled deployment on gfx942 and gfx950)",
+        soft_wrap=True,
+    )
+    for o in over:
+        m = o.memory
+        console.print(
+            f"  {escape(o.target)}  {escape(o.deployment)}: {human(m.total_bytes)} = metadata "
+            f"{m.metadata_bytes:,} B + scratch {m.scratch_bytes or 0:,} B  [dim](threshold {m.threshold}, "
+            f"heads {m.sizing[-1]['num_heads'] if m.sizing else '?'}, max_num_seqs {m.max_num_seqs})[/]",
+            soft_wrap=True,
+        )
+    for note in notes:
+        console.print(f"  [yellow]{escape(note)}[/]", soft_wrap=True)
 
 
 def check_json(results: list[CheckResult], outcomes: list[Outcome] | None, hit: dict[int, list[str]]) -> dict:

@@ -5,16 +5,21 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
 
 from conformance.cli.errors import EXIT_OK, BadInput
+from conformance.cli.memory_options import max_num_seqs_option
 from conformance.cli.options import format_option, registry_option, revision_option, shape_options
-from conformance.cli.render.text import explanation
+from conformance.cli.render.text import explanation, memory_explanation
 from mla_model.registry import REGISTRY_IDS, load_registry
 from mla_model.revisions import REVISIONS
 from mla_model.shape import Shape
+
+if TYPE_CHECKING:
+    from spec.analyses.memory import Memory
 
 
 @click.command("explain")
@@ -44,11 +49,22 @@ from mla_model.shape import Shape
     type=click.IntRange(min=1),
     help="Tensor-parallel size of --model: each rank decodes the model's MLA heads / TP (DCP 1).",
 )
+@click.option(
+    "--memory",
+    "show_memory",
+    is_flag=True,
+    help="Also measure the bytes the persistent decode metadata and AITER's reduce scratch take on the "
+    "revision's release (its builder and AITER's sizing executed; docs/reference/memory.md).",
+)
+@max_num_seqs_option("; implies --memory")
 @format_option("json")
 @shape_options
-def explain_command(revision, registry, case_ref, cases_file, model_name, tp, fmt, **fields) -> None:
+def explain_command(
+    revision, registry, case_ref, cases_file, model_name, tp, show_memory, max_num_seqs, fmt, **fields
+) -> None:
     """Explain one shape: each gate and its conditions, the route, AITER's kernel lookup, each invariant
-    (with the conjunct that breaks), and why the persistent schedule is off."""
+    (with the conjunct that breaks), and why the persistent schedule is off; with --memory, the bytes the
+    persistent decode metadata and AITER's reduce scratch take (the revision's release executed)."""
     from mla_model.case import parse_case_id, read_cases
     from spec.analyses.explain import explain
 
@@ -73,11 +89,25 @@ def explain_command(revision, registry, case_ref, cases_file, model_name, tp, fm
     if registry not in REGISTRY_IDS:
         raise BadInput(f"the case's registry {registry!r} is not one mla-spec knows")
     out = explain(REVISIONS[revision], load_registry(registry), shape)
+    measured = show_memory or max_num_seqs is not None
+    memory, why_not = _memory(revision, shape, max_num_seqs) if measured else (None, None)
     if fmt == "json":
+        if measured:
+            out = {**out, "memory": memory.to_json() if memory else {"error": why_not}}
         click.echo(json.dumps(out, indent=2))
         sys.exit(EXIT_OK)
-    explanation(out, shape, revision, registry, Console(highlight=False))
+    console = Console(highlight=False)
+    explanation(out, shape, revision, registry, console)
+    if measured:
+        memory_explanation(memory, why_not, max_num_seqs is None, console)
     sys.exit(EXIT_OK)
+
+
+def _memory(revision: str, shape: Shape, max_num_seqs: int | None) -> tuple[Memory | None, str | None]:
+    """The persistent buffers and scratch on the revision's release (spec.analyses.memory), or why not."""
+    from spec.analyses.memory import for_shape
+
+    return for_shape(revision, shape, max_num_seqs)
 
 
 def _heads_per_rank(model_name: str | None, tp: int | None, num_heads: int | None) -> int:

@@ -245,4 +245,49 @@ def explanation(out: dict, shape: Shape, revision: str, registry: str, console: 
             console.print(f"    [dim]{given}[/]{'; '.join(v['violated']['violated'])}", soft_wrap=True)
 
 
+def memory_explanation(memory: Any, why_not: str | None, default_seqs: bool, console: Console) -> None:
+    """explain's memory section: the sizing call(s) the release made, each persistent buffer with the
+    total, AITER's reduce scratch, and the sum (:class:`spec.analyses.memory.Memory`)."""
+    from spec.analyses.memory import human
+
+    if memory is None:
+        console.print(f"  memory: [yellow]not measured[/]: {escape(why_not or '')}", soft_wrap=True)
+        return
+    seqs = f"max_num_seqs {memory.max_num_seqs}" + (" (vLLM's default on this GPU)" if default_seqs else "")
+    console.print(
+        f"  memory ({escape(memory.release)}'s builder, {escape(memory.aiter)}'s sizing; {seqs}): "
+        f"threshold {memory.threshold}, _mtp_decode_qlen {memory.mtp_decode_qlen}",
+        soft_wrap=True,
+    )
+    if memory.sizing:
+        first, qlens = memory.sizing[0], sorted({c["max_seqlen_qo"] for c in memory.sizing})
+        q = str(qlens[0]) if len(qlens) == 1 else f"each of {qlens[0]}..{qlens[-1]}, per-dimension maximum"
+        console.print(
+            f"    get_mla_metadata_info_v1(batch {first['max_num_reqs']}, qlen {q}, heads "
+            f"{first['num_heads']}, q {first['q_dtype']}, kv {first['kv_dtype']})",
+            soft_wrap=True,
+        )
+    if memory.error:
+        console.print(f"    [red]not sized[/]: {escape(memory.error)}", soft_wrap=True)
+    if memory.buffers:
+        for name, b in memory.buffers.items():
+            shape = "x".join(str(d) for d in b["shape"]) or "scalar"
+            console.print(f"    {name:<24} {shape:>10} {b['dtype']:<7} {b['bytes']:>14,} B")
+        console.print(f"    persistent metadata      {human(memory.metadata_bytes)}")
+    scratch = memory.scratch or {}
+    if "bytes" in scratch:
+        tensors = ", ".join(
+            f"{'x'.join(str(d) for d in t['shape'])} {t['dtype']}" for t in scratch["tensors"]
+        )
+        console.print(
+            f"    reduce scratch           {human(memory.scratch_bytes)}  [dim]mla_decode_fwd at "
+            f"{scratch['rows']} rows ({memory.max_num_seqs} requests x qlen {scratch['qlen']}), "
+            f"{scratch['heads']} heads: {tensors}[/]",
+            soft_wrap=True,
+        )
+        console.print(f"    total                    {human(memory.total_bytes)}")
+    elif "error" in scratch:
+        console.print(f"    reduce scratch: [red]not measured[/]: {escape(scratch['error'])}", soft_wrap=True)
+
+
 # Commands that live in their own modules.
