@@ -356,7 +356,7 @@ class Fakes:
     # --- bind ---
 
     def bind(
-        self, spec: str, model_id: str | None = None, symbolic: bool = True
+        self, spec: str, model_id: str | None = None, symbolic: bool = True, timeout_ms: int | None = None
     ) -> tuple[str, str, list[Any]]:
         from spec.realcode.bind import Comparison, default_model
 

@@ -147,7 +147,9 @@ def test_bind_titles_a_release_path_with_markup_in_it(monkeypatch):
 
     label = "/trees/[/bold]/rocm_aiter_mla.py"
     rows = [Comparison("use_gluon_decode", "bounded", "EQUIVALENT", 16, 0.1)]
-    monkeypatch.setattr(spec.realcode.bind, "bind", lambda spec, model, symbolic: (label, "vllm-0.28", rows))
+    monkeypatch.setattr(
+        spec.realcode.bind, "bind", lambda spec, model, symbolic, timeout_ms: (label, "vllm-0.28", rows)
+    )
     out = run("bind", "--vllm", label, "--shapes", "0")
     assert out.returncode == 0 and label in out.stdout, out.stderr
 

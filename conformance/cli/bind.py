@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from conformance.cli.errors import EXIT_OK, EXIT_UNKNOWN, EXIT_VIOLATED, BadInput
-from conformance.cli.options import format_option, revision_option
+from conformance.cli.options import format_option, revision_option, timeout_option
 from conformance.cli.render.text import executed_lines, shape_summary
 from mla_model.shape import Shape
 
@@ -32,7 +32,8 @@ from mla_model.shape import Shape
     show_default=True,
     help="Random valid shapes for the executed differential (besides the solver-found cases); 0 skips it.",
 )
-def bind_command(spec, revision, fmt, no_symbolic, count) -> None:
+@timeout_option
+def bind_command(spec, revision, fmt, no_symbolic, count, timeout) -> None:
     """Compare a release with a model revision: its gate functions (symbolic and bounded), and its whole
     decode path executed shape by shape against the model's routes."""
     from spec.realcode.bind import bind, executed_comparison
@@ -40,7 +41,7 @@ def bind_command(spec, revision, fmt, no_symbolic, count) -> None:
     from spec.realcode.source import SourceError
 
     try:
-        label, model_id, rows = bind(spec, revision, symbolic=not no_symbolic)
+        label, model_id, rows = bind(spec, revision, symbolic=not no_symbolic, timeout_ms=int(timeout * 1000))
         executed = executed_comparison(spec, model_id, count) if count else None
     except (SourceError, ValueError, HarnessError) as e:
         raise BadInput(str(e)) from None
@@ -84,9 +85,11 @@ def bind_command(spec, revision, fmt, no_symbolic, count) -> None:
                 )
         if executed:
             executed_lines(executed, console)
-    # 1: some function differs; 3: lifting failed, so the gate was not compared symbolically.
+    # 1: some function differs; 3: lifting failed (the gate was not compared symbolically), or a comparison
+    # is UNKNOWN (z3 or the real code ran past --timeout): never a pass.
     if any(r.verdict == "DIFFERENT" for r in rows) or (executed and executed.disagreements):
         sys.exit(EXIT_VIOLATED)
-    sys.exit(
-        EXIT_UNKNOWN if any(r.verdict == "UNSUPPORTED" and r.method == "symbolic" for r in rows) else EXIT_OK
+    unknown = any(
+        r.verdict == "UNKNOWN" or (r.verdict == "UNSUPPORTED" and r.method == "symbolic") for r in rows
     )
+    sys.exit(EXIT_UNKNOWN if unknown else EXIT_OK)

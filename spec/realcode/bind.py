@@ -43,6 +43,7 @@ from mla_model.shape import (
 )
 from spec.proof.prover import problem
 from spec.proof.terms import as_z3
+from spec.realcode import sandbox
 from spec.realcode.revision import RealGates, real_revision
 from spec.realcode.source import resolve
 from spec.realcode.symexec import LiftingUnsupported
@@ -257,29 +258,42 @@ def bounded_comparison(gates: RealGates, model_id: str, max_differences: int = 3
         rest = names[len(_PLATFORM) :]
         differing: list[tuple[int, dict[str, Any]]] = []  # (point number, record), one past the reported
         real_seconds, points_done = 0.0, 0
-        for platform in itertools.product(*[_AXES[n] for n in _PLATFORM]):
-            code.platform.arch, code.platform.mode = platform
-            code.refresh_caches()
-            points = list(itertools.product(*[_AXES[n] for n in rest]))
-            t0 = time.perf_counter()
-            reals = _real_values(real_fn, real_params, rest, points)
-            real_seconds += time.perf_counter() - t0
-            models = _model_values(model_fn, model_params, names, dict(zip(_PLATFORM, platform)), reg)
-            for i in np.flatnonzero(np.asarray(reals) != models):
-                if len(differing) > max_differences:
-                    break
-                if _differs(reals[i], models[i]):
-                    differing.append(
-                        (
-                            points_done + int(i),
-                            {
-                                "inputs": dict(zip(names, platform + points[i])),
-                                "real": reals[i],
-                                "model": models[i].item(),
-                            },
+        try:
+            for platform in itertools.product(*[_AXES[n] for n in _PLATFORM]):
+                code.platform.arch, code.platform.mode = platform
+                code.refresh_caches()
+                points = list(itertools.product(*[_AXES[n] for n in rest]))
+                t0 = time.perf_counter()
+                with sandbox.deadline(
+                    sandbox.CALL_LIMIT_S, f"{code.label}: {name} on {len(points):,} points"
+                ):
+                    reals = _real_values(real_fn, real_params, rest, points)
+                real_seconds += time.perf_counter() - t0
+                models = _model_values(model_fn, model_params, names, dict(zip(_PLATFORM, platform)), reg)
+                for i in np.flatnonzero(np.asarray(reals) != models):
+                    if len(differing) > max_differences:
+                        break
+                    if _differs(reals[i], models[i]):
+                        differing.append(
+                            (
+                                points_done + int(i),
+                                {
+                                    "inputs": dict(zip(names, platform + points[i])),
+                                    "real": reals[i],
+                                    "model": models[i].item(),
+                                },
+                            )
                         )
-                    )
-            points_done += len(points)
+                points_done += len(points)
+        except (
+            sandbox.GateRunaway,
+            RecursionError,
+        ) as e:  # a loop, recursion or runaway number: not compared
+            reason = str(e) if isinstance(e, sandbox.GateRunaway) else f"{name} recurses past Python's limit"
+            out.append(
+                Comparison(name, "bounded", "UNKNOWN", seconds=time.perf_counter() - start, reason=reason)
+            )
+            continue
         diffs = [d for _, d in differing[:max_differences]]
         # As a point-by-point scan would report it: it stops at the first difference beyond those shown.
         compared = differing[max_differences][0] + 1 if len(differing) > max_differences else points_done
@@ -312,7 +326,13 @@ def executed_comparison(
     return differential(release_code(spec), model, shapes, registry_id)
 
 
-def bind(spec: str, model_id: str | None = None, symbolic: bool = True) -> tuple[str, str, list[Comparison]]:
+def bind(
+    spec: str, model_id: str | None = None, symbolic: bool = True, timeout_ms: int | None = None
+) -> tuple[str, str, list[Comparison]]:
+    """The bounded and (unless ``symbolic`` is off) symbolic comparison of a release with a model revision;
+    ``timeout_ms`` bounds each solver call and each run of the real code (a runaway is UNKNOWN)."""
+    if timeout_ms is not None:
+        sandbox.set_call_limit(timeout_ms / 1000)
     source = resolve(spec)
     gates = RealGates(source)  # refuses a file that is not a loadable backend before anything else
     model_id = model_id or default_model(source.label)
@@ -320,7 +340,7 @@ def bind(spec: str, model_id: str | None = None, symbolic: bool = True) -> tuple
         raise ValueError(f"no model revision is known for {source.label}; pass --revision")
     rows = bounded_comparison(gates, model_id)
     if symbolic:
-        rows = symbolic_comparison(real_revision(spec), get_revision(model_id)) + rows
+        rows = symbolic_comparison(real_revision(spec), get_revision(model_id), timeout_ms=timeout_ms) + rows
     return source.label, model_id, rows
 
 

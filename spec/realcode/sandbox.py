@@ -7,6 +7,11 @@ every other one, and the stubs below.  The stubs read a :class:`Platform`
 the caller sets per shape; its values may be plain or symbolic (see
 :mod:`spec.realcode.symexec`).
 
+Bounded: every call of the real code runs under a deadline (:data:`CALL_LIMIT_S`, which check and bind set
+from ``--timeout``), recursion past Python's limit and an integer ``**`` or ``<<`` whose result would exceed
+:data:`MAX_INT_BITS` bits are stopped, each as :class:`GateRunaway` (a
+:class:`~spec.realcode.symexec.LiftingUnsupported`, so check reports UNKNOWN, exit 3, never a pass).
+
 Pitfalls handled (sources §15): every ``lru_cache`` in the namespace
 is cleared before each call (a cached arch answer would leak between shapes);
 ``vllm.platforms.rocm`` is always stubbed (unstubbed, the real code silently
@@ -17,16 +22,95 @@ their signatures (they grow across releases).
 from __future__ import annotations
 import __future__
 
+import ast
 import builtins
+import contextlib
+import copy
 import functools
 import inspect
 import math
+import signal
+import threading
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from spec.realcode.extract import HELPER, SAFE_BUILTIN_NAMES, STUB_MODULES, Extracted, RefusedCode
+from spec.realcode.symexec import LiftingUnsupported
+
+CALL_LIMIT_S = 30.0  # seconds one call of a real gate function may take (check/bind: their --timeout)
+MAX_INT_BITS = 1 << 16  # a gate computes routing values; an integer this wide is a runaway computation
+
+
+class GateRunaway(LiftingUnsupported):
+    """A real gate function that loops, recurses or computes a huge number: stopped, never waited for."""
+
+
+def set_call_limit(seconds: float) -> None:
+    """How long one call of the real code may run (check and bind pass their ``--timeout``)."""
+    global CALL_LIMIT_S
+    CALL_LIMIT_S = float(seconds)
+
+
+@contextlib.contextmanager
+def deadline(seconds: float, what: str) -> Iterator[None]:
+    """Raise :class:`GateRunaway` in the code running here once ``seconds`` pass (the main thread's
+    interval timer; elsewhere, where no signal can be delivered, the code runs unbounded)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise GateRunaway(f"{what} ran past the {seconds:g} s limit (--timeout): a loop that does not end?")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _int_bits(x: Any) -> int:
+    return x.bit_length() if isinstance(x, int) and not isinstance(x, bool) else 0
+
+
+def _bounded_pow(base: Any, exp: Any) -> Any:
+    """``base ** exp``, refused where two plain integers would make a number past MAX_INT_BITS bits."""
+    if _int_bits(exp) and exp > 0 and _int_bits(base) > 1 and (_int_bits(base) - 1) * exp > MAX_INT_BITS:
+        raise GateRunaway(f"the gates compute {base} ** {exp}, a number past {MAX_INT_BITS} bits")
+    return base**exp
+
+
+def _bounded_lshift(value: Any, shift: Any) -> Any:
+    if _int_bits(shift) and _int_bits(value) + shift > MAX_INT_BITS:
+        raise GateRunaway(f"the gates compute {value} << {shift}, a number past {MAX_INT_BITS} bits")
+    return value << shift
+
+
+class _BoundArithmetic(ast.NodeTransformer):
+    """``a ** b`` and ``a << b`` in the release's gates become calls that refuse runaway sizes."""
+
+    CALLS = {ast.Pow: "__mla_spec_pow__", ast.LShift: "__mla_spec_lshift__"}
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        self.generic_visit(node)
+        name = self.CALLS.get(type(node.op))
+        if name is None:
+            return node
+        call = ast.Call(ast.Name(name, ast.Load()), [node.left, node.right], [])
+        return ast.copy_location(call, node)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> ast.AST:
+        self.generic_visit(node)
+        name = self.CALLS.get(type(node.op))
+        if name is None or not isinstance(node.target, ast.Name):
+            return node
+        load = ast.Name(node.target.id, ast.Load())
+        value = ast.Call(ast.Name(name, ast.Load()), [load, node.value], [])
+        return ast.copy_location(ast.Assign([node.target], value), node)
 
 
 @dataclass
@@ -109,12 +193,15 @@ class LoadedCode:
             "on_gfx950": rocm.on_gfx950,
             "on_gfx942": rocm.on_gfx942,
             "get_cdna_version": rocm.get_cdna_version,
+            "__mla_spec_pow__": _bounded_pow,
+            "__mla_spec_lshift__": _bounded_lshift,
         }
         from enum import Enum
 
         self.namespace["Enum"] = Enum
+        module = ast.fix_missing_locations(_BoundArithmetic().visit(copy.deepcopy(extracted.module)))
         code = compile(
-            extracted.module,
+            module,
             f"<{self.label}: extracted gates>",
             "exec",
             flags=__future__.annotations.compiler_flag,
@@ -178,8 +265,12 @@ class LoadedCode:
         )
 
     def _guard(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+        name = getattr(fn, "__name__", fn)
         try:
-            return fn(*args, **kwargs)
+            with deadline(CALL_LIMIT_S, f"{self.label}: {name}"):
+                return fn(*args, **kwargs)
+        except RecursionError:
+            raise GateRunaway(f"{self.label}: {name} recurses past Python's limit") from None
         except NameError as e:
             raise RefusedCode(
                 f"{self.label}: {getattr(fn, '__name__', fn)} reaches {e.name!r} at call time, "

@@ -1,0 +1,68 @@
+"""A release file whose gate loops, recurses or computes a huge number is stopped within --timeout and is
+UNKNOWN (exit 3), in check (lifting) and in bind (the bounded comparison): never a hang, never a pass."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.cli import run
+
+pytestmark = pytest.mark.network  # the 0.28.0 release file, edited
+
+ANCHOR = "        m = AiterMLAHelper._AITER_MIN_MLA_HEADS\n"
+NEXT = "        if num_heads >= m or max_qo_len != 1:\n"  # the two lines start use_gluon_decode's body
+RUNAWAYS = {
+    "loop": "        while True:\n            pass\n",
+    "huge-power": "        m = m + 0 * (3 ** (10 ** 12))\n",
+    "huge-shift": "        m = m + 0 * (1 << (10 ** 12))\n",
+    "recursion": "        AiterMLAHelper.use_gluon_decode(num_heads, max_qo_len, kv_cache_dtype)\n",
+}
+
+
+@pytest.fixture
+def runaway_file(tmp_path):
+    from spec.realcode.source import fetch_release
+
+    text = fetch_release("0.28.0").read_text()
+    assert text.count(ANCHOR + NEXT) == 1
+
+    def make(kind: str):
+        path = tmp_path / f"{kind}.py"
+        path.write_text(text.replace(ANCHOR + NEXT, ANCHOR + RUNAWAYS[kind] + NEXT))
+        return path
+
+    return make
+
+
+@pytest.mark.parametrize("kind", sorted(RUNAWAYS))
+def test_check_stops_a_runaway_gate_and_reports_unknown(runaway_file, kind):
+    start = time.perf_counter()
+    r = run(
+        "check", runaway_file(kind), "--registry", "aiter-0.1.20", "--invariant", "total", "--timeout", "2"
+    )
+    assert time.perf_counter() - start < 60
+    assert r.returncode == 3, r.stdout + r.stderr
+    flat = " ".join(r.stdout.split())
+    assert "UNKNOWN" in flat
+    assert {"loop": "ran past the 2 s limit", "recursion": "recurses past Python's limit"}.get(
+        kind, "a number past 65536 bits"
+    ) in flat
+
+
+def test_bind_stops_a_looping_gate_in_the_bounded_comparison_and_exits_3(runaway_file):
+    r = run(
+        "bind", "--vllm", runaway_file("loop"), "--revision", "vllm-0.28", "--shapes", "0", "--timeout", "2"
+    )
+    assert r.returncode == 3, r.stdout + r.stderr
+    flat = " ".join(r.stdout.split())
+    assert "use_gluon_decode (bounded):" in flat and "ran past the 2 s limit" in flat
+
+
+def test_a_plain_power_in_the_gates_still_computes():
+    from spec.realcode.sandbox import MAX_INT_BITS, GateRunaway, _bounded_pow  # noqa: PLC2701
+
+    assert _bounded_pow(2, 10) == 1024 and _bounded_pow(576, -0.5) == 576**-0.5
+    with pytest.raises(GateRunaway):
+        _bounded_pow(2, MAX_INT_BITS + 1)
