@@ -103,7 +103,10 @@ def pytest_configure(config: pytest.Config) -> None:
         parsed = read_cases(path)
     except ValueError as e:
         raise pytest.UsageError(f"--mla-cases {e}") from None
-    stale = stale_cases(parsed)
+    try:
+        stale = stale_cases(parsed)
+    except KeyError as e:  # a case of a revision or registry that mla-spec does not know (as conform says)
+        raise pytest.UsageError(f"--mla-cases {cases}: {e.args[0]}") from None
     if stale:  # replaying a route the model no longer takes would pass or fail the wrong thing
         raise pytest.UsageError(
             f"--mla-cases {cases}: {len(stale)} case(s) no longer have their pinned route "

@@ -77,6 +77,11 @@ def test_plugin_rejects_bad_input_in_one_line(tmp_path):
     (tmp_path / "broken.jsonl").write_text("{not json\n")
     broken = _pytest("--mla-backend", "model", "--mla-cases", "broken.jsonl", cwd=tmp_path)
     assert broken.returncode == 4 and "broken.jsonl:1" in broken.stderr
+    case = json.loads(cases.read_text().splitlines()[0])
+    (tmp_path / "future.jsonl").write_text(json.dumps({**case, "revision": "vllm-9.99"}) + "\n")
+    future = _pytest("--mla-backend", "model", "--mla-cases", "future.jsonl", cwd=tmp_path)
+    assert future.returncode == 4 and "unknown revision 'vllm-9.99'" in future.stderr
+    assert "INTERNALERROR" not in future.stdout + future.stderr
 
 
 def test_conform_prints_a_summary_and_exits_by_verdict(tmp_path):
