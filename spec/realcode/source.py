@@ -17,6 +17,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,21 +82,59 @@ def release_tree(version: str) -> Path:
             "-d",
             os.path.join(tmp, "out"),
         ]
-        # A transient status on a terminal (nothing on a pipe, so an error stays one line).
-        with Console(stderr=True).status(
-            f"fetching the vLLM {version} sdist from PyPI (about 40-50 MB, once) into {root.parent}"
-        ):
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+        output = _download_with_progress(cmd, env, Path(tmp), f"vLLM {version} sdist", root)
         found = sorted(Path(tmp).glob(f"pip-*/vllm_*/{RELATIVE_PATH}")) or sorted(
             Path(tmp).rglob(str(RELATIVE_PATH))
         )
         if not found:
-            if "No matching distribution" in proc.stderr or "Could not find a version" in proc.stderr:
+            if "No matching distribution" in output or "Could not find a version" in output:
                 raise SourceError(f"vLLM release {version} does not exist on PyPI")
-            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            last = (output.strip().splitlines() or ["no output"])[-1]
             raise SourceError(f"could not fetch vLLM {version} from PyPI: {last}")
         copy_tree(found[0].parents[len(RELATIVE_PATH.parts) - 1], root)
     return root
+
+
+_SIZE = re.compile(r"Downloading \S+ \(([\d.]+) (kB|MB|GB)\)")
+_UNITS = {"kB": 1e3, "MB": 1e6, "GB": 1e9}
+
+
+def _download_with_progress(cmd: list[str], env: dict[str, str], tmp: Path, what: str, cache: Path) -> str:
+    """Run pip, showing on stderr where the download is cached and a progress bar: the size pip announces,
+    the bytes written so far into its temporary directory.  Both are drawn on a terminal only (the bar is
+    transient), so nothing is left in a log and an error stays one line.  Returns pip's output."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    lines: list[str] = []
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True)
+    reader.start()
+    console = Console(stderr=True)
+    if console.is_terminal:
+        console.print(f"mla-spec: fetching the {what} from PyPI once; cached in {cache}", highlight=False)
+    columns = (TextColumn(what), BarColumn(), DownloadColumn(), TransferSpeedColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task("download", total=None)
+        deadline = time.monotonic() + 900
+        while proc.poll() is None:
+            if time.monotonic() > deadline:
+                proc.kill()
+                break
+            size = next((m for m in map(_SIZE.search, list(lines)) if m), None)
+            total = float(size.group(1)) * _UNITS[size.group(2)] if size else None
+            written = sum(_size(p) for p in tmp.rglob("*"))  # the download, then its unpacking: capped
+            progress.update(task, total=total, completed=min(written, total) if total else written)
+            time.sleep(0.2)
+    proc.wait()
+    reader.join(timeout=5)
+    return "".join(lines)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size if path.is_file() else 0
+    except OSError:  # pip removed it meanwhile
+        return 0
 
 
 def copy_tree(unpacked: Path, root: Path) -> None:
