@@ -7,7 +7,7 @@ from typing import Any
 
 from mla_model.derived import kernel_kv_dtype
 from mla_model.failures import AsmCall, GluonCall
-from mla_model.logic import Term, is_in
+from mla_model.logic import Term, all_of, if_then_else, is_in, not_
 from mla_model.registry import (
     AsmLookup,
     GluonCheck,
@@ -41,6 +41,22 @@ class Decision:
     @property
     def on_asm(self) -> Term:
         return is_in(self.route.path, ASM_PATHS)
+
+    @property
+    def scales(self) -> dict[str, Term]:
+        """The scales the step's kernel is handed and what it applies (sources §16, §27, §57): an ASM or
+        Triton kernel gets the layer's q and k scales; mla_gluon gets no query scale and, over an fp8
+        cache, the kv_scale=1.0 vLLM passes; the passed kv scale multiplies the scores; V gets it from the
+        kernel unless the kernel drops it, and once more where vLLM rescales the output."""
+        on_gluon = self.on_gluon
+        kv_passed = if_then_else(on_gluon, self.route.kv_scale_passed, True)
+        kernel_v = if_then_else(all_of(kv_passed, not_(all_of(self.on_asm, self.v_scale_dropped))), 1, 0)
+        return {
+            "q_scale_passed": not_(on_gluon),
+            "kv_scale_passed": kv_passed,
+            "kv_scale_on_scores": kv_passed,
+            "kv_scale_on_v_times": kernel_v + if_then_else(all_of(self.on_asm, self.route.v_scale_fix), 1, 0),
+        }
 
     @property
     def gluon_call(self) -> GluonCall:

@@ -94,3 +94,39 @@ def test_a_probe_that_asks_with_the_step_s_own_query_proves_kv_scale_applied_on_
     monkeypatch.setattr(dcp_era, "fp8_v_scale_fix", own_query_probe)
     fixed = dataclasses.replace(get_revision("vllm-0.34"), id="vllm-0.34-own-query-probe")
     assert check(fixed, registry, inv).verdict == PROVED
+
+
+@pytest.mark.parametrize(
+    "revision, args, scales",
+    [
+        ("vllm-0.33", ("--arch", "gfx942", "--q-dtype", "fp8", "--max-qo-len", "3"), (True, True, 0)),
+        ("vllm-0.34", ("--arch", "gfx942", "--q-dtype", "fp8", "--max-qo-len", "3"), (True, True, 1)),
+        ("vllm-0.34", ("--arch", "gfx942", "--q-dtype", "bf16", "--max-qo-len", "3"), (True, True, 2)),
+        (
+            "vllm-0.27",
+            ("--arch", "gfx950", "--q-dtype", "bf16", "--num-heads", "4", "--max-qo-len", "1"),
+            None,
+        ),
+    ],
+)
+def test_explain_shows_the_scales_the_kernel_gets_and_applies(revision, args, scales):
+    import json
+
+    from tests.cli import run
+
+    shape = ("--kv-cache-dtype", "fp8", "--spec-method", "mtp", "--num-spec-tokens", "2")
+    if "--num-heads" not in args:
+        shape += ("--num-heads", "16")
+    out = run("explain", "--revision", revision, *shape, *args, "--format", "json")
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)["scales"]
+    if scales is None:  # Gluon: no query scale, kv_scale=1.0 (0.27 sends 4 fp8 heads to Gluon decode)
+        assert got == {
+            "q_scale_passed": False,
+            "kv_scale_passed": False,
+            "kv_scale_on_scores": False,
+            "kv_scale_on_v_times": 0,
+        }
+    else:
+        q, kv, v = scales
+        assert (got["q_scale_passed"], got["kv_scale_passed"], got["kv_scale_on_v_times"]) == (q, kv, v)

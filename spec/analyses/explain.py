@@ -116,6 +116,7 @@ def explain(revision: Revision, registry: Registry, shape: Shape) -> dict[str, A
         "route": r.to_json(),
         "decisions": decision_conditions(revision, registry, shape),
         "kernel": kernel,
+        "scales": {name: _plain(value) for name, value in d.scales.items()},
         "invariants": invariants,
     }
     if out["valid"] and not r.use_persistent_metadata:
@@ -228,6 +229,8 @@ def _describe(t: Any, value: Any, want: bool, given: bool = False) -> str:
     """One atom in words: ``gluon.serves_fp8 = False (needs True)``, or a comparison with its values."""
     names = sorted({str(u) for u in free_constants(t)})
     values = {n: _show(n, value(z3.Const(n, _sort(t, n)))) for n in names}
+    if z3.is_const(t) and not names:  # a literal: fixed by the revision and registry, not by the shape
+        return f"a term the revision and registry fix to {t}" + ("" if given else f" (needs {want})")
     if z3.is_const(t):
         return f"{names[0]} = {values[names[0]]}" + ("" if given else f" (needs {want})")
     members = t.children() if is_membership(t) else [t] if z3.is_eq(t) else []

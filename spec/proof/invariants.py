@@ -29,10 +29,9 @@ from mla_model.failures import (
     first_of,
     known_wrong_text,
     symptom_of,
-    v_scale_miscounted,
     v_scale_text,
 )
-from mla_model.logic import Term, all_of, any_of, iff, implies, is_in, not_
+from mla_model.logic import Term, all_of, any_of, eq, iff, implies, is_in, not_
 from mla_model.registry import Registry
 from mla_model.route import ASM_PATHS
 
@@ -122,11 +121,12 @@ def _kv_scale_applied(d: Decision) -> Term:
     and an ASM kernel's V gets it exactly once (the kernel's own scaling plus any vLLM rescale)."""
     fp8 = is_quantized_kv_cache(d.shape.kv_cache_dtype)
     runs_on_gluon = all_of(d.on_gluon, d.gluon.runs)
+    runs_on_asm = all_of(d.on_asm, d.asm.kernel_ok, eq(d.route.request.kv_dtype, "fp8"))
     return implies(
         all_of(fp8, not_(d.route.vllm_raises)),
         all_of(
             implies(runs_on_gluon, d.route.kv_scale_passed),
-            implies(d.asm.kernel_ok, not_(v_scale_miscounted(d))),
+            implies(runs_on_asm, iff(d.v_scale_dropped, d.route.v_scale_fix)),  # V scaled exactly once
         ),
     )
 

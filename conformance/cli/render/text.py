@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from mla_model.registry import NO_KERNEL
-from mla_model.shape import Shape
+from mla_model.shape import FP8_KV_CACHE_DTYPES, Shape
 from spec.proof.invariants import INVARIANT_BY_ID
 from spec.proof.verdict import PROVED, UNKNOWN, VIOLATED
 
@@ -229,6 +229,18 @@ def explanation(out: dict, shape: Shape, revision: str, registry: str, console: 
                 if k["block_n_lookup"]
                 else ""
             )
+        )
+    if shape.kv_cache_dtype in FP8_KV_CACHE_DTYPES:
+        sc = out["scales"]
+        console.print(
+            f"  scales: q_scale {'passed' if sc['q_scale_passed'] else 'not passed'}; kv_scale "
+            + (
+                "passed, on the scores"
+                if sc["kv_scale_passed"]
+                else "[red]1.0 passed[/], the cache's scale lost"
+            )
+            + f"; V scaled by it {sc['kv_scale_on_v_times']}x"
+            + ("" if sc["kv_scale_on_v_times"] == 1 or not sc["kv_scale_passed"] else " [red](needs 1x)[/]")
         )
     if "why_not_persistent" in out:
         console.print(
