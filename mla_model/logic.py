@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -61,6 +62,51 @@ class EnumTerm:
 
 def _is_z3(x: Any) -> bool:
     return z3 is not None and isinstance(x, z3.ExprRef)
+
+
+# z3 terms already built, by operation and operands: the same gate reads the same conditions many times
+# (the kernel table's rows repeat every arch and dtype test), and z3 shares equal terms anyway, so a term
+# built once is handed out again instead of going through z3's Python layer a second time.  Operands are
+# keyed by their AST's address, and kept alive with the entry, so an address is never reused while it
+# is a key.
+_MEMO: dict[tuple, tuple[Any, tuple]] = {}
+_MEMO_LIMIT = 200_000
+
+
+def _memo_key(x: Any) -> Any:
+    """An operand as part of a memo key: a z3 term by its AST's address, a plain value as itself."""
+    if isinstance(x, z3.AstRef):
+        return x.ast.value
+    return (type(x).__name__, x)
+
+
+def _z3_and(args: Sequence[Any]) -> Any:
+    """``z3.And`` of z3 booleans, without its coercion pass (the same term)."""
+    return _z3_nary(z3.Z3_mk_and, args)
+
+
+def _z3_or(args: Sequence[Any]) -> Any:
+    """``z3.Or`` of z3 booleans, without its coercion pass (the same term)."""
+    return _z3_nary(z3.Z3_mk_or, args)
+
+
+def _z3_nary(make: Any, args: Sequence[Any]) -> Any:
+    ctx = args[0].ctx
+    array = (z3.Ast * len(args))(*[a.as_ast() for a in args])
+    return z3.BoolRef(make(ctx.ref(), len(args), array), ctx)
+
+
+def _memo(op: str, operands: tuple, extra: Any, build: Any) -> Any:
+    """``build()``, remembered under (op, operands, extra)."""
+    key = (op, extra, *map(_memo_key, operands))
+    hit = _MEMO.get(key)
+    if hit is not None:
+        return hit[0]
+    if len(_MEMO) >= _MEMO_LIMIT:
+        _MEMO.clear()
+    term = build()
+    _MEMO[key] = (term, operands)
+    return term
 
 
 def _is_array(x: Any) -> bool:
@@ -98,9 +144,13 @@ def _kind(*xs: Any) -> str:
 
 def all_of(*xs: Any) -> Any:
     """Conjunction; ``all_of()`` is true."""
+    if all(type(x) is bool for x in xs):  # one shape: the common case of the Python interpretation
+        return all(xs)
     kind = _kind(*xs)
     if kind == "z3":
-        return z3.And(*[_as_z3_bool(x) for x in xs]) if xs else z3.BoolVal(True)
+        return (
+            _memo("and", xs, None, lambda: _z3_and([_as_z3_bool(x) for x in xs])) if xs else z3.BoolVal(True)
+        )
     if kind == "np":
         return _np_fold(np.logical_and, xs, absorbing=False)
     return all(bool(x) for x in xs)
@@ -108,9 +158,13 @@ def all_of(*xs: Any) -> Any:
 
 def any_of(*xs: Any) -> Any:
     """Disjunction; ``any_of()`` is false."""
+    if all(type(x) is bool for x in xs):
+        return any(xs)
     kind = _kind(*xs)
     if kind == "z3":
-        return z3.Or(*[_as_z3_bool(x) for x in xs]) if xs else z3.BoolVal(False)
+        return (
+            _memo("or", xs, None, lambda: _z3_or([_as_z3_bool(x) for x in xs])) if xs else z3.BoolVal(False)
+        )
     if kind == "np":
         return _np_fold(np.logical_or, xs, absorbing=True)
     return any(bool(x) for x in xs)
@@ -156,9 +210,11 @@ def _np_fold(op: Any, xs: Sequence[Any], absorbing: bool) -> Any:
 
 
 def not_(x: Any) -> Any:
+    if type(x) is bool:
+        return not x
     kind = _kind(x)
     if kind == "z3":
-        return z3.Not(x)
+        return _memo("not", (x,), None, lambda: z3.Not(x))
     if kind == "np":
         return np.logical_not(_settle(x))
     return not x
@@ -187,7 +243,12 @@ def if_then_else(cond: Any, then: Any, other: Any) -> Any:
     """``then`` where ``cond`` holds, else ``other`` (ints or booleans)."""
     kind = _kind(cond, then, other)
     if kind == "z3":
-        return z3.If(_as_z3_bool(cond), _lift_z3(then), _lift_z3(other))
+        return _memo(
+            "ite",
+            (cond, then, other),
+            None,
+            lambda: z3.If(_as_z3_bool(cond), _lift_z3(then), _lift_z3(other)),
+        )
     if kind == "np":
         cond = _settle(cond)
         if _is_array(cond):
@@ -235,6 +296,16 @@ def choose(values: Sequence[str], cases: Iterable[tuple[Any, str]], default: str
         return default
     if kind == "np":
         return _np_choose(values, cases, default)
+    conds = tuple(c for c, _ in cases)
+    return _memo(
+        "choose",
+        conds,
+        (values, tuple(v for _, v in cases), default),
+        lambda: _z3_choose(values, cases, default),
+    )
+
+
+def _z3_choose(values: tuple[str, ...], cases: list[tuple[Any, str]], default: str) -> EnumTerm:
     term = z3.IntVal(values.index(default))
     for cond, value in reversed(cases):
         term = z3.If(_as_z3_bool(cond), z3.IntVal(values.index(value)), term)
@@ -268,13 +339,20 @@ def _np_choose(values: tuple[str, ...], cases: list[tuple[Any, str]], default: s
 def is_in(x: Any, members: Iterable[Any]) -> Any:
     """Membership of an int or enumeration value in a finite set."""
     members = tuple(members)
+    if type(x) is str or type(x) is int or type(x) is bool:  # one shape
+        return x in members
     if isinstance(x, EnumTerm):
         codes = [x.code(m) for m in members]
         if _is_z3(x.term):
-            return z3.Or(*[x.term == c for c in codes]) if codes else z3.BoolVal(False)
+            return (
+                _memo("in", (x.term,), tuple(codes), lambda: _z3_or([x.term == c for c in codes]))
+                if codes
+                else z3.BoolVal(False)
+            )
         return _np_isin(x.term, codes)
     if _is_z3(x):
-        return z3.Or(*[x == int(m) for m in members]) if members else z3.BoolVal(False)
+        ints = tuple(int(m) for m in members)
+        return _memo("in", (x,), ints, lambda: _z3_or([x == m for m in ints])) if ints else z3.BoolVal(False)
     if isinstance(x, (np.ndarray, np.generic)):
         return _np_isin(x, members)
     return x in members
@@ -302,9 +380,9 @@ def tuple_in(terms: Sequence[Any], rows: Iterable[tuple]) -> Any:
     terms, rows = list(terms), [tuple(r) for r in rows]
     kind = _kind(*terms)
     # Plain (scalar) terms select the rows they match; the symbolic or array terms are matched below.
-    norm = lambda v: int(v) if isinstance(v, (bool, np.bool_, np.integer)) else v  # noqa: E731
+    norm = _norm_plain
     if kind == "py":
-        return tuple(norm(t) for t in terms) in {tuple(norm(v) for v in r) for r in rows}
+        return tuple(norm(t) for t in terms) in _plain_rows(tuple(rows))
     scalar = [i for i, t in enumerate(terms) if not isinstance(t, (EnumTerm, np.ndarray)) and not _is_z3(t)]
     rows = [r for r in rows if all(norm(r[i]) == norm(terms[i]) for i in scalar)]
     keep = [i for i in range(len(terms)) if i not in scalar]
@@ -318,16 +396,31 @@ def tuple_in(terms: Sequence[Any], rows: Iterable[tuple]) -> Any:
             continue
     raw = [t.term if isinstance(t, EnumTerm) else t for t in terms]
     if kind == "z3":
-        lifted = [_lift_z3(x) for x in raw]
-        match = lambda x, v: x == (z3.BoolVal(bool(v)) if z3.is_bool(x) else v)  # noqa: E731
-        return (
-            z3.Or(*[z3.And(*[match(x, v) for x, v in zip(lifted, r)]) for r in coded])
-            if coded
-            else z3.BoolVal(False)
-        )
+        return _memo("tuple_in", tuple(raw), tuple(coded), lambda: _z3_tuple_in(raw, coded))
     if not coded:
         return np.False_
     return _np_tuple_in(raw, coded) if raw else np.True_
+
+
+def _norm_plain(v: Any) -> Any:
+    """A plain row value as ``tuple_in`` compares it: booleans and numpy integers as ints."""
+    return int(v) if isinstance(v, (bool, np.bool_, np.integer)) else v
+
+
+@lru_cache(maxsize=64)
+def _plain_rows(rows: tuple[tuple, ...]) -> frozenset[tuple]:
+    """The rows of a relation as a set, for one shape's lookup (the same table is asked per shape)."""
+    return frozenset(tuple(_norm_plain(v) for v in r) for r in rows)
+
+
+def _z3_tuple_in(raw: list[Any], coded: list[tuple[int, ...]]) -> Any:
+    lifted = [_lift_z3(x) for x in raw]
+    match = lambda x, v: x == (z3.BoolVal(bool(v)) if z3.is_bool(x) else v)  # noqa: E731
+    return (
+        _z3_or([_z3_and([match(x, v) for x, v in zip(lifted, r)]) for r in coded])
+        if coded
+        else z3.BoolVal(False)
+    )
 
 
 def _np_tuple_in(raw: list[Any], coded: list[tuple[int, ...]]) -> Any:
@@ -359,6 +452,8 @@ def _np_tuple_in(raw: list[Any], coded: list[tuple[int, ...]]) -> Any:
 
 def eq(x: Any, value: Any) -> Any:
     """Equality that also understands enumeration values."""
+    if type(x) is str:  # one shape
+        return x in (value,)
     if isinstance(x, EnumTerm) or isinstance(x, str):
         return is_in(x, (value,))
     return x == value
@@ -411,6 +506,10 @@ def product_in(a: Any, b: Any, keys: Iterable[int]) -> Any:
     keys = sorted(set(int(k) for k in keys))
     if _kind(a, b) != "z3":
         return is_in(a * b, keys)
+    return _memo("product_in", (a, b), tuple(keys), lambda: _z3_product_in(a, b, keys))
+
+
+def _z3_product_in(a: Any, b: Any, keys: list[int]) -> Any:
     options = []
     for key in keys:
         for d in range(1, key + 1):

@@ -7,18 +7,25 @@ over unbounded integers:
 * unsat: PROVED.
 * sat: VIOLATED.  Counterexamples are then enumerated as distinct classes
   (blocking clauses projected on the class view, see :mod:`spec.proof.views`), and
-  within each class z3's Optimize picks the smallest heads, then qlen, then
-  speculative tokens.  Every counterexample is re-executed through the plain
-  Python interpretation before it is reported; a disagreement is a bug in
-  mla-spec and raises :class:`ProverDisagreement`.
+  within each class a lexicographic descent finds the smallest heads, then qlen, then
+  speculative tokens (MINIMISE_ORDER), then Shape defaults for the rest.  Every
+  counterexample is re-executed through the plain Python interpretation before it is
+  reported; a disagreement is a bug in mla-spec and raises :class:`ProverDisagreement`.
 * unknown (timeout, or the solver gives up): UNKNOWN.  Never a pass.
+
+How it stays fast (docs/reference/benchmarks.md): one incremental solver per
+(revision, registry) for all its invariants (:func:`check_many`); classes that a
+known smallest counterexample (of another invariant or registry) is in are found
+and minimised from that shape first, and z3 still proves each reported shape least,
+so the output is the same with or without them.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 import z3
@@ -39,7 +46,7 @@ from mla_model.shape import (
     Shape,
 )
 from spec.proof.invariants import Invariant
-from spec.proof.terms import SymbolicShape, as_z3, box_constraints, symbolic_shape
+from spec.proof.terms import SymbolicShape, as_z3, box_constraints, shape_pins, symbolic_shape
 from spec.proof.verdict import DEFAULT_TIMEOUT_MS, PROVED, UNKNOWN, VIOLATED, Verdict
 from spec.proof.views import view_terms
 
@@ -155,42 +162,93 @@ def _view_equals(view: dict[str, Term], key: tuple) -> Term:
     return z3.And(*terms)
 
 
-def _minimal_model(p: Problem, base: z3.Solver, class_is: Term) -> z3.ModelRef | None:
+def _minimal_model(
+    p: Problem, s: z3.Solver, class_is: Any, model: z3.ModelRef, given: bool = False
+) -> z3.ModelRef | None:
     """The smallest counterexample of a class: lexicographic descent on MINIMISE_ORDER.
 
-    Each objective is bisected with an incremental solver and then pinned, which
+    Each objective is searched with an incremental solver and then pinned, which
     is several times faster here than z3's Optimize.  Remaining fields then take
     their defaults where the class allows it (fewest surprises for a reader), else
     their least value, so the same problem gives the same counterexample every run.
-    ``base`` holds the constraints and the violation; the class is pinned inside a push/pop.
+    ``s`` holds the constraints and the violation; the class and the pins live inside a push/pop.
+
+    The descent starts from ``model``'s values: a model of the class (the one that found it), or, with
+    ``given``, a shape's values that z3 has not placed in the class (:func:`_given`), such as the
+    smallest counterexample of another invariant or registry.  Every pin is still one z3 answered
+    (nothing smaller, given the pins before it), and the result must be a model z3 found with every
+    field pinned, so a given shape that is least costs one call per field that finds nothing smaller,
+    and one that is not in the class ends in None.
     """
-    s = base
+    v = p.symbolic.variables
     s.push()
     try:
         s.add(class_is)
-        if s.check() != z3.sat:
-            return None
-        v = p.symbolic.variables
-        model = minimise_in_order(s, [(v[name], FIELD_BY_NAME[name].minimum) for name in MINIMISE_ORDER])
-        if model is None:
-            return None
-        return canonical_model(s, v)
+        objectives = [(v[name], FIELD_BY_NAME[name].minimum) for name in MINIMISE_ORDER]
+        least = minimise_in_order(s, objectives, model)
+        if least is not None:
+            least = canonical_model(s, v, MINIMISE_ORDER, least)
+        if given and least is model:  # no call was satisfiable since: does z3 have a model?
+            least = s.model() if s.check() == z3.sat else None
+        return least
     finally:
         s.pop()
 
 
-def canonical_model(s: z3.Solver, variables: dict[str, Any]) -> z3.ModelRef | None:
-    """Pin every field still free to one value: the Shape default where allowed, else the least.
+def _given(p: Problem, shape: Shape) -> z3.ModelRef:
+    """A shape's values as a z3 model (z3 has not checked it against anything)."""
+    model = z3.Model()
+    for _, var, value in shape_pins(p.symbolic.variables, shape):
+        model.update_value(var, value)
+    return model
 
-    After this the model is unique, so the same problem gives the same shapes on every run and machine.
-    """
+
+@lru_cache(maxsize=4096)
+def _python_rank(shape: Shape) -> tuple[int, ...]:
+    """The order the descent of :func:`_minimal_model` finds the least shape in, as a vector whose
+    lexicographic least is that shape: each MINIMISE_ORDER field, then per other field (Shape order)
+    0 for its default and 1 + its distance from its least value otherwise.  Used to pick the best hint."""
+    data = shape.to_json()
+    defaults = Shape().to_json()
+    defaults["q_dtype"] = "fp8" if shape.kv_cache_dtype in FP8_KV_CACHE_DTYPES else "bf16"
+    defaults["gluon_build"] = shape.arch == "gfx950"
+
+    def code(name: str, value: Any) -> int:
+        spec = FIELD_BY_NAME[name]
+        return spec.values.index(value) if spec.kind == "enum" else int(value)
+
+    rank = [code(name, data[name]) for name in MINIMISE_ORDER]
+    for spec in FIELDS:
+        if spec.name in MINIMISE_ORDER:
+            continue
+        value = data[spec.name]
+        lo = 0 if spec.kind != "int" else spec.minimum
+        rank.append(
+            0
+            if value == defaults[spec.name]
+            else 1
+            if spec.kind == "bool"
+            else 1 + code(spec.name, value) - lo
+        )
+    return tuple(rank)
+
+
+_WANTED: dict[int, tuple[dict[str, Any], list[Any], list[Any]]] = {}
+
+
+def _wanted(variables: dict[str, Any]) -> tuple[list[Any], list[Any]]:
+    """Per field, in FIELDS order: the z3 condition that it holds its Shape default, and for a boolean
+    field the condition that it does not (built once per variable set)."""
+    cached = _WANTED.get(id(variables))
+    if cached is not None and cached[0] is variables:
+        return cached[1], cached[2]
     defaults = Shape().to_json()
     fp8_cache = z3.Or(*[variables["kv_cache_dtype"] == KV_CACHE_DTYPES.index(d) for d in FP8_KV_CACHE_DTYPES])
     derived = {  # the defaults that depend on other fields (Shape.__post_init__)
         "q_dtype": z3.If(fp8_cache, Q_DTYPES.index("fp8"), Q_DTYPES.index("bf16")),
         "gluon_build": variables["arch"] == ARCHS.index("gfx950"),
     }
-    wanted_all = [
+    wanted = [
         variables[spec.name]
         == (
             derived[spec.name]
@@ -201,59 +259,153 @@ def canonical_model(s: z3.Solver, variables: dict[str, Any]) -> z3.ModelRef | No
         )
         for spec in FIELDS
     ]
-    if s.check(*wanted_all) == z3.sat:  # the common case: every default fits, one call instead of fourteen
-        model = s.model()
-        s.add(*wanted_all)
-        return model
-    for spec, wanted in zip(FIELDS, wanted_all):
-        var = variables[spec.name]
-        default = defaults[spec.name]
-        answer = s.check(wanted)
+    other = [
+        (
+            variables[spec.name] == z3.Not(derived[spec.name])
+            if spec.name in derived
+            else variables[spec.name] == (not defaults[spec.name])
+        )
+        if spec.kind == "bool"
+        else None
+        for spec in FIELDS
+    ]
+    _WANTED[id(variables)] = (variables, wanted, other)
+    return wanted, other
+
+
+def canonical_model(
+    s: z3.Solver, variables: dict[str, Any], fixed: tuple[str, ...] = (), model: z3.ModelRef | None = None
+) -> z3.ModelRef | None:
+    """Pin every field still free to one value: the Shape default where allowed, else the least.
+
+    After this the model is unique, so the same problem gives the same shapes on every run and machine.
+    Fields are taken in the Shape's order, each against the pins before it.  ``fixed`` names fields the
+    caller has already pinned to one value (they cost no solver call); ``model``, if given, is a model
+    of what ``s`` holds.  The pins stay on ``s``.
+
+    The fields left are asked all at once: where their defaults fit together, one call pins them all
+    (taken one by one, each would fit too).  Where they do not, z3's unsat core bounds the first field
+    that misses its default: the fields before the core's last one are asked together, and when they
+    fit, they are pinned and that field is the first miss (else the smaller core bounds it again).
+    """
+    wanted_all, other_all = _wanted(variables)
+    rest = [(i, spec) for i, spec in enumerate(FIELDS) if spec.name not in fixed]
+    while rest:
+        asked = [wanted_all[i] for i, _ in rest]
+        answer = s.check(*asked)
+        if answer == z3.sat:
+            model = s.model()
+            s.add(*asked)
+            return model
         if answer == z3.unknown:
             return None
-        if answer == z3.sat:
-            s.add(wanted)
-        elif spec.kind == "bool":
-            s.add(var == z3.Not(derived[spec.name]) if spec.name in derived else var == (not default))
-        else:
-            if (
-                s.check() != z3.sat
-                or minimise_in_order(s, [(var, 0 if spec.kind == "enum" else spec.minimum)]) is None
-            ):
+        miss = _last_in_core(s, asked)
+        while miss > 0:  # do the defaults before the core's last field fit together?
+            asked = asked[:miss]
+            answer = s.check(*asked)
+            if answer == z3.unknown:
                 return None
-    return s.model() if s.check() == z3.sat else None
+            if answer == z3.sat:
+                model = s.model()
+                s.add(*asked)
+                rest = rest[miss:]
+                break
+            miss = _last_in_core(s, asked)
+        if miss < 0:  # unsat without any default: nothing fits the pins at all
+            return None
+        (i, spec), rest = rest[0], rest[1:]  # the first field whose default does not fit
+        if spec.kind == "bool":
+            s.add(other_all[i])  # a model of the pins before still holds: they exclude the default
+            continue
+        if model is None:
+            if s.check() != z3.sat:
+                return None
+            model = s.model()
+        lo = 0 if spec.kind == "enum" else spec.minimum
+        model = minimise_in_order(s, [(variables[spec.name], lo)], model)
+        if model is None:
+            return None
+    if model is None:
+        return s.model() if s.check() == z3.sat else None
+    return model
 
 
-def minimise_in_order(s: z3.Solver, objectives: list[tuple[Any, int]]) -> z3.ModelRef | None:
-    """Pin each (term, lower bound) in turn to its least value, by bisection on a satisfiable solver.
+def _last_in_core(s: z3.Solver, asked: list[Any]) -> int:
+    """After an unsat check with ``asked`` as assumptions: the position of the last one in z3's core
+    (-1 when the core is empty: what ``s`` holds is unsat on its own)."""
+    core = {c.get_id() for c in s.unsat_core()}
+    return max((n for n, a in enumerate(asked) if a.get_id() in core), default=-1)
 
-    The pins stay on ``s``; the last model is returned (None when z3 answers unknown).
+
+def minimise_in_order(
+    s: z3.Solver, objectives: list[tuple[Any, int]], model: z3.ModelRef | None = None
+) -> z3.ModelRef | None:
+    """Pin each (term, lower bound) in turn to its least value, on a satisfiable solver.
+
+    ``model`` is a model of what ``s`` holds (default: the solver's last model).  The least value of a
+    term is the least ``v`` between the bound and the model's value for which ``term <= v`` is
+    satisfiable.  The search asks one below the model's value first (the model is often least already),
+    then the bound, then bisects; after each satisfiable answer the new model's value is the new upper
+    end.  Each question is an assumption, so what z3 learnt stays.  The pins stay on ``s``; the last
+    model is returned (None when z3 answers unknown).
     """
-    model = s.model()
+    model = s.model() if model is None else model
     for term, lo in objectives:
         hi = model.eval(term, model_completion=True).as_long()
+        asked = 0
         while lo < hi:
-            mid = (lo + hi) // 2
-            s.push()
-            s.add(term <= mid)
-            answer = s.check()
+            mid = hi - 1 if asked == 0 else lo if asked == 1 else (lo + hi) // 2
+            asked += 1
+            answer = s.check(term <= mid)
             if answer == z3.sat:
                 model = s.model()
                 hi = model.eval(term, model_completion=True).as_long()
-            s.pop()
-            if answer == z3.unknown:
-                return None
-            if answer == z3.unsat:
+            elif answer == z3.unsat:
                 lo = mid + 1
+            else:
+                return None
         s.add(term == hi)
     return model
 
 
+def _hints(p: Problem, inv: Invariant, pool: list[Shape]) -> dict[tuple, Shape]:
+    """Per class of ``inv`` (its view key), the first in :func:`_python_rank` order of the shapes of ``pool``
+    that the Python interpretation finds valid, violating and in that class."""
+    best: dict[tuple, tuple[tuple[int, ...], Shape]] = {}
+    for shape in pool:
+        d, broken = _concrete(p.revision, p.registry, shape)
+        if broken or inv.holds(d):
+            continue
+        key = tuple(view_terms(d, inv.view).items())
+        rank = _python_rank(shape)
+        if key not in best or rank < best[key][0]:
+            best[key] = (rank, shape)
+    return {key: shape for key, (_, shape) in best.items()}
+
+
+_CONCRETE: dict[tuple[int, int, Shape], tuple[Revision, Registry, Decision, tuple[str, ...]]] = {}
+
+
+def _concrete(revision: Revision, registry: Registry, shape: Shape) -> tuple[Decision, tuple[str, ...]]:
+    """One shape through the Python interpretation: its decision and the validity rules it breaks (the
+    same shape is often the smallest counterexample of several invariants).  Kept by the identity of the
+    revision and registry, whose hash would walk every kernel row."""
+    key = (id(revision), id(registry), shape)
+    hit = _CONCRETE.get(key)
+    if hit is not None and hit[0] is revision and hit[1] is registry:
+        return hit[2], hit[3]
+    broken = tuple(name for name, ok in revision.validity(shape, registry) if not ok)
+    d = decide(revision, registry, shape)
+    if len(_CONCRETE) >= 4096:
+        _CONCRETE.clear()
+    _CONCRETE[key] = (revision, registry, d, broken)
+    return d, broken
+
+
 def _confirm(p: Problem, inv: Invariant, shape: Shape) -> Decision:
     """Re-run a counterexample through the Python interpretation; it must be valid and violating."""
-    d = decide(p.revision, p.registry, shape)
-    if not p.revision.is_valid(shape, p.registry):
-        broken = [name for name, ok in p.revision.validity(shape, p.registry) if not ok]
+    d, broken = _concrete(p.revision, p.registry, shape)
+    if broken:
         raise ProverDisagreement(
             f"{p.revision.id}/{p.registry.id}/{inv.id}: z3 counterexample {shape} is invalid ({broken})"
         )
@@ -276,18 +428,90 @@ def check(
 
     ``within_box`` restricts the search to the brute-force box (for the cross-check).
     """
+    return check_many(revision, registry, [inv], max_classes, timeout_ms, within_box)[0]
+
+
+def check_many(
+    revision: str | Revision,
+    registry: str | Registry,
+    invariants: Iterable[Invariant],
+    max_classes: int | None = None,
+    timeout_ms: int = DEFAULT_TIMEOUT_MS,
+    within_box: bool = False,
+    hints: Iterable[Shape] = (),
+) -> list[CheckResult]:
+    """Prove or refute each invariant for one gate revision against one AITER registry, in order.
+
+    One incremental solver holds the pair's constraints; each invariant's violation is asserted inside a
+    push/pop, so z3 keeps what it learnt about the decision from one invariant to the next.  Every
+    solver call has ``timeout_ms``; a call that times out makes the verdict UNKNOWN (or the classes
+    incomplete), never PROVED.
+
+    ``hints`` are shapes to try first as a class's smallest counterexample (the smallest counterexamples
+    of another registry, say), with every smallest counterexample found here: z3 proves a hint least or
+    the descent runs as without it, so they change how long a check takes, never what it reports.
+    """
     start = time.perf_counter()
     p = problem(revision, registry)
-    violated = z3.Not(as_z3(inv.holds(p.decision)))
-    if within_box:
-        violated = z3.And(violated, *box_constraints(p.symbolic.variables))
-    view = view_terms(p.decision, inv.view)
     solver = z3.Solver()
     solver.set("timeout", timeout_ms)
-    solver.add(*p.constraints, violated)
-    result = CheckResult(p.revision.id, p.registry.id, inv.id, PROVED, 0.0)
+    solver.add(*p.constraints)
+    if within_box:
+        solver.add(*box_constraints(p.symbolic.variables))
+    results = []
+    pool = list(dict.fromkeys(hints))
+    for inv in invariants:
+        solver.push()
+        try:
+            result = _check_one(p, solver, inv, max_classes, pool)
+        finally:
+            solver.pop()
+        result.seconds = time.perf_counter() - start
+        start = time.perf_counter()
+        results.append(result)
+    return results
 
-    keys: list[tuple] = []
+
+def _check_one(
+    p: Problem, solver: z3.Solver, inv: Invariant, max_classes: int | None, pool: list[Shape]
+) -> CheckResult:
+    """One invariant on a solver that holds the pair's constraints: enumerate the classes of shapes
+    that break it (blocking each class's view), and minimise each class as it is found, trying first
+    the best shape of ``pool`` in it (each smallest counterexample found joins ``pool``)."""
+    solver.add(z3.Not(as_z3(inv.holds(p.decision))))
+    view = view_terms(p.decision, inv.view)
+    hints = _hints(p, inv, pool)
+    result = CheckResult(p.revision.id, p.registry.id, inv.id, PROVED, 0.0)
+    unminimised = 0
+
+    def found(key: tuple, model: z3.ModelRef) -> None:
+        shape = p.symbolic.to_shape(model)
+        d = _confirm(p, inv, shape)
+        if shape not in hints.values():
+            pool.append(shape)
+        result.counterexamples.append(
+            Counterexample(
+                shape,
+                d.route.to_json(),
+                inv.describe(d, p.registry),
+                dict(key),
+                symptom_of(d, p.registry).to_json(),
+            )
+        )
+
+    # The classes some pool shape is in first: the descent starts from that shape, and the class
+    # counts once z3 has a model of it (a hint z3 does not place there is dropped; the open search
+    # below finds its class, if there is one).
+    for key, hint in hints.items():
+        if max_classes is not None and result.classes >= max_classes:
+            break
+        class_is = _view_equals(view, key)
+        model = _minimal_model(p, solver, class_is, _given(p, hint), given=True)
+        if model is not None:
+            result.classes += 1
+            solver.add(z3.Not(class_is))
+            found(key, model)
+    # Then an open search, until no class is left.
     while True:
         answer = solver.check()
         if answer == z3.unsat:
@@ -295,46 +519,33 @@ def check(
         if answer == z3.unknown:
             result.complete = False
             result.reason = f"z3: {solver.reason_unknown()}"
-            if not keys:
+            if not result.classes:
                 result.verdict = UNKNOWN
             break
-        if max_classes is not None and len(keys) >= max_classes:
+        if max_classes is not None and result.classes >= max_classes:
             result.complete = False  # at least one more class exists
             break
-        key = _view_key(view, solver.model())
-        keys.append(key)
-        solver.add(z3.Not(_view_equals(view, key)))
-
-    if keys:
+        model = solver.model()
+        key = _view_key(view, model)
+        result.classes += 1
+        class_is = _view_equals(view, key)
+        model = _minimal_model(p, solver, class_is, model)
+        solver.add(z3.Not(class_is))
+        if model is None:
+            unminimised += 1
+        else:
+            found(key, model)
+    if result.classes:
         result.verdict = VIOLATED
-        result.classes = len(keys)
-        base = z3.Solver()
-        base.set("timeout", timeout_ms)
-        base.add(*p.constraints, violated)
-        for key in keys:
-            model = _minimal_model(p, base, _view_equals(view, key))
-            if model is None:
-                result.complete = False
-                result.reason = "z3 could not minimise a counterexample within the time limit"
-                continue
-            shape = p.symbolic.to_shape(model)
-            d = _confirm(p, inv, shape)
-            result.counterexamples.append(
-                Counterexample(
-                    shape,
-                    d.route.to_json(),
-                    inv.describe(d, p.registry),
-                    dict(key),
-                    symptom_of(d, p.registry).to_json(),
-                )
-            )
-        result.counterexamples.sort(
-            key=lambda c: (
-                c.shape.num_heads,
-                c.shape.max_qo_len,
-                c.shape.num_spec_tokens,
-                sorted(c.view.items(), key=str),
-            )
+    if unminimised:
+        result.complete = False
+        result.reason = "z3 could not minimise a counterexample within the time limit"
+    result.counterexamples.sort(
+        key=lambda c: (
+            c.shape.num_heads,
+            c.shape.max_qo_len,
+            c.shape.num_spec_tokens,
+            sorted(c.view.items(), key=str),
         )
-    result.seconds = time.perf_counter() - start
+    )
     return result
