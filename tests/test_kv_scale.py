@@ -130,3 +130,20 @@ def test_explain_shows_the_scales_the_kernel_gets_and_applies(revision, args, sc
     else:
         q, kv, v = scales
         assert (got["q_scale_passed"], got["kv_scale_passed"], got["kv_scale_on_v_times"]) == (q, kv, v)
+
+
+@pytest.mark.network
+def test_the_executed_releases_output_follows_the_v_scale_the_kernel_drops_and_0_34_puts_back():
+    """The vllm backend: the release's real forward_mqa over a stand-in kernel that, as the registry lists
+    it, reads V without the cache's scale.  0.33.0 returns that output (MISMATCH against the reference),
+    0.34.0 multiplies it back (PASS), and 0.34.0 rescales a bf16 query's output the kernel already scaled
+    (MISMATCH)."""
+    from conformance.backends.vllm import REPLAY, judge
+    from spec.realcode.executed.harness import execute, release_code
+
+    options = {"replay": REPLAY, "device": "cpu", "kv_len": 16}
+    fp8_q, bf16_q = _verify("gfx942", 3), _verify("gfx942", 3, q_dtype="bf16")
+    (old,) = execute(release_code("0.33.0"), [fp8_q], options=options)
+    new = execute(release_code("0.34.0"), [fp8_q, bf16_q], options=options)
+    assert judge(old)["status"] == "MISMATCH"
+    assert [judge(row)["status"] for row in new] == ["PASS", "MISMATCH"]

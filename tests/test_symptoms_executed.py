@@ -65,7 +65,14 @@ from mla_model.failures import (
     Symptom,
     symptom_of,
 )
-from mla_model.registry import REGISTRY_IDS, Registry, asm_lookup, known_wrong_matches, load_registry
+from mla_model.registry import (
+    REGISTRY_IDS,
+    Registry,
+    asm_lookup,
+    known_wrong_matches,
+    load_registry,
+    v_scale_dropped,
+)
 from mla_model.revisions import RELEASE_OF_REVISION, get_revision
 from mla_model.route import KernelRequest
 from mla_model.shape import Shape
@@ -79,7 +86,7 @@ pytestmark = pytest.mark.network
 # depend on its length; the run time does).
 OPTIONS = {"replay": REPLAY, "device": "cpu", "kv_len": 16}
 # Wrong output the stand-in computes as the release's arguments make it (vLLM's kv_scale=1.0 to Gluon).
-REPRODUCED = ("gluon_kv_scale",)
+REPRODUCED = ("gluon_kv_scale", "asm_v_scale")
 
 
 @dataclass(frozen=True)
@@ -157,12 +164,9 @@ def _asm_call(row: dict[str, Any]) -> dict[str, Any] | None:
     return next((c for c in row.get("calls") or [] if c.get("entry") == "mla_decode_fwd"), None)
 
 
-def _lands_on_known_wrong(row: dict[str, Any], shape: Shape, reg: Registry) -> bool:
-    """The executed ASM request (as the release made it) resolves to a registry entry of wrong kernels."""
-    call = _asm_call(row)
-    if call is None:
-        return False
-    req = KernelRequest(
+def _request(call: dict[str, Any]) -> KernelRequest:
+    """The ASM request as the release made it, from the recorded call."""
+    return KernelRequest(
         q_dtype=call["q_dtype"],
         kv_dtype=call["kv_dtype"],
         padded_heads=call["q_shape"][1],
@@ -170,8 +174,27 @@ def _lands_on_known_wrong(row: dict[str, Any], shape: Shape, reg: Registry) -> b
         persistent=call["persistent"],
         causal=True if call.get("causal") is None else call["causal"],
     )
+
+
+def _lands_on_known_wrong(row: dict[str, Any], shape: Shape, reg: Registry) -> bool:
+    """The executed ASM request (as the release made it) resolves to a registry entry of wrong kernels."""
+    call = _asm_call(row)
+    if call is None:
+        return False
+    req = _request(call)
     lookup = asm_lookup(reg, shape.arch, req, call["num_reqs"])
     return any(bool(m) for m in known_wrong_matches(reg, shape.arch, req, lookup))
+
+
+def _v_scale_miscounted(row: dict[str, Any], shape: Shape, reg: Registry) -> bool:
+    """The executed ASM request lands on a kernel that drops V's scale exactly where the release's builder
+    did not set fp8_v_scale_fix, or the other way round (the release rescales what the kernel scaled)."""
+    call = _asm_call(row)
+    if call is None or call["kv_dtype"] != "fp8":
+        return False
+    req = _request(call)
+    dropped = bool(v_scale_dropped(reg, shape.arch, req, asm_lookup(reg, shape.arch, req, call["num_reqs"])))
+    return dropped != bool((row.get("decode") or {}).get("fp8_v_scale_fix"))
 
 
 def _gluon_past_bound(row: dict[str, Any], shape: Shape, reg: Registry) -> bool:
@@ -206,6 +229,7 @@ def _metadata_unused(row: dict[str, Any], shape: Shape, reg: Registry) -> bool:
 # the step is where that cause says it is.
 EVIDENCE = {
     "known_wrong": _lands_on_known_wrong,
+    "asm_v_scale": _v_scale_miscounted,
     "gluon_kv_bound": _gluon_past_bound,
     "decode_verify_overlap": _verify_through_decode,
     "persistent_dropped": _persistent_dropped,

@@ -17,8 +17,9 @@ contract as far as the registry records it:
   AITER (``kv_buffer.view(-1, 1, 1, 576)``), so ``kv_indices`` are token rows;
   an index outside the buffer reads NaN (poisoned memory), never a clamp;
 * scales: the ``q_scale``/``kv_scale`` *vLLM passed* dequantise fp8 operands
-  (``kv_scale`` on scores and values alike: the registry records no kernel
-  that scales one but not the other); Gluon's ``kv_scale`` is whatever vLLM
+  (``kv_scale`` on scores and values alike, except on a kernel the registry
+  lists under ``v_scale_dropped``, which reads V unscaled: sources §57, so a
+  release's own rescale is executed against it); Gluon's ``kv_scale`` is whatever vLLM
   passed, so an fp8 cache behind ``kv_scale=1.0`` comes back mis-scaled;
 * ``sm_scale`` as passed (AITER's ``1/sqrt(576)`` default when None);
 * ASM (``mla_decode_fwd``): per request the ``qo_indptr`` rows, causal
@@ -219,6 +220,24 @@ def _row_windows(
 # --- the stand-ins ----------------------------------------------------------------------------
 
 
+def _drops_v_scale(call: dict[str, Any], st: Any) -> bool:
+    """Whether the kernel this recorded ASM call resolves to applies kv_scale to the scores but not to V."""
+    from mla_model.registry import asm_lookup, v_scale_dropped
+    from mla_model.route import KernelRequest
+
+    req = KernelRequest(
+        q_dtype=call["q_dtype"],
+        kv_dtype=call["kv_dtype"],
+        padded_heads=call["q_shape"][1],
+        kernel_qlen=call["max_seqlen_q"],
+        persistent=call["persistent"],
+        causal=True if call.get("causal") is None else bool(call["causal"]),
+    )
+    return bool(
+        v_scale_dropped(st.registry, st.arch, req, asm_lookup(st.registry, st.arch, req, call["num_reqs"]))
+    )
+
+
 def _asm(call: dict[str, Any], t: dict[str, Any], st: Any, info: dict[str, Any]) -> None:
     q, o, kv = t["q"], t["o"], t["kv"]
     qf = read_as_kernel(q, st.arch, info, "q")
@@ -227,7 +246,9 @@ def _asm(call: dict[str, Any], t: dict[str, Any], st: Any, info: dict[str, Any])
     kv_scale = _scale(call.get("kv_scale"), "kv_scale", info) if call["kv_dtype"] == "fp8" else 1.0
     qf = qf * q_scale
     k = kvf * kv_scale
-    v = kvf[:, :V_HEAD_DIM] * kv_scale
+    # A kernel the registry lists as leaving V unscaled (sources §57) reads V without the cache's scale.
+    drops_v = call["kv_dtype"] == "fp8" and _drops_v_scale(call, st)
+    v = kvf[:, :V_HEAD_DIM] * (1.0 if drops_v else kv_scale)
     sm = call.get("sm_scale")
     sm = 1.0 / math.sqrt(q.shape[-1]) if sm is None else float(sm)
     causal = True if call.get("causal") is None else bool(call["causal"])
@@ -263,7 +284,9 @@ def _asm(call: dict[str, Any], t: dict[str, Any], st: Any, info: dict[str, Any])
         causal=causal,
         rows_written=len(qrows),
         rows_unwritten=unwritten,
-        scales="kv_scale on scores and values",
+        scales="kv_scale on the scores only (the registry's v_scale_dropped)"
+        if drops_v
+        else "kv_scale on scores and values",
     )
     if not qrows:
         return

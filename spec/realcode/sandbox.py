@@ -77,14 +77,14 @@ def _int_bits(x: Any) -> int:
     return x.bit_length() if isinstance(x, int) and not isinstance(x, bool) else 0
 
 
-def _bounded_pow(base: Any, exp: Any) -> Any:
+def bounded_pow(base: Any, exp: Any) -> Any:
     """``base ** exp``, refused where two plain integers would make a number past MAX_INT_BITS bits."""
     if _int_bits(exp) and exp > 0 and _int_bits(base) > 1 and (_int_bits(base) - 1) * exp > MAX_INT_BITS:
         raise GateRunaway(f"the gates compute {base} ** {exp}, a number past {MAX_INT_BITS} bits")
     return base**exp
 
 
-def _bounded_lshift(value: Any, shift: Any) -> Any:
+def bounded_lshift(value: Any, shift: Any) -> Any:
     if _int_bits(shift) and _int_bits(value) + shift > MAX_INT_BITS:
         raise GateRunaway(f"the gates compute {value} << {shift}, a number past {MAX_INT_BITS} bits")
     return value << shift
@@ -193,8 +193,8 @@ class LoadedCode:
             "on_gfx950": rocm.on_gfx950,
             "on_gfx942": rocm.on_gfx942,
             "get_cdna_version": rocm.get_cdna_version,
-            "__mla_spec_pow__": _bounded_pow,
-            "__mla_spec_lshift__": _bounded_lshift,
+            "__mla_spec_pow__": bounded_pow,
+            "__mla_spec_lshift__": bounded_lshift,
         }
         from enum import Enum
 

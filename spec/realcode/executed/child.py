@@ -69,7 +69,7 @@ def install(release_file: Path, tree: Path | None) -> Any:
     return module
 
 
-def _clear_caches(module: Any) -> None:
+def clear_caches(module: Any) -> None:
     """Every lru_cache in the release module (arch and build probes), and the Gluon import, per shape."""
     for value in list(vars(module).values()):
         targets = [value]
@@ -146,7 +146,7 @@ class Step:
         st.arch = self.options.get("probe_arch", st.arch)
         st.registry, st.calls, st.events = registry, [], []
         st.kernel = self.replay.kernel if self.replay else None
-        _clear_caches(self.module)
+        clear_caches(self.module)
         out: dict[str, Any] = {"shape": shape.to_json(), "stage": "init"}
         device = torch.device(self.options.get("device", "cpu"))
         try:

@@ -92,12 +92,12 @@ def measure(module: Any, shape: Any, registry: Any, options: dict[str, Any], siz
     import torch
 
     from spec.realcode.executed import configs
-    from spec.realcode.executed.child import _clear_caches
+    from spec.realcode.executed.child import clear_caches
 
     st = mla_spec_stub.STATE
     st.arch, st.asm_padding_mode, st.gluon_build = shape.arch, shape.asm_padding_mode, shape.gluon_build
     st.registry, st.calls, st.events, st.kernel = registry, [], [], None
-    _clear_caches(module)
+    clear_caches(module)
     out: dict[str, Any] = {"shape": shape.to_json(), "sizing": [], "buffers": None, "scratch": None}
     recorder = aiter.get_mla_metadata_info_v1
     seen: list[tuple[tuple, dict]] = []
