@@ -41,7 +41,7 @@ from mla_model.shape import (
     KV_CACHE_DTYPES,
     Shape,
 )
-from spec.proof.prover import problem
+from spec.proof.prover import MINIMISE_ORDER, canonical_model, minimise_in_order, problem
 from spec.proof.terms import as_z3
 from spec.realcode import sandbox
 from spec.realcode.revision import RealGates, real_revision
@@ -123,12 +123,13 @@ def symbolic_comparison(
         diffs: list[dict[str, Any]] = []
         answer = s.check()
         while len(diffs) < max_differences and answer == z3.sat:
-            shape = pr.symbolic.to_shape(s.model())
+            found = smallest_witness(s, pr.symbolic.variables)
+            shape = pr.symbolic.to_shape(found)
             diffs.append(_concrete_difference(name, shape, real, model, reg))
             s.add(
                 z3.Or(
                     *[
-                        v != s.model().eval(v, model_completion=True)
+                        v != found.eval(v, model_completion=True)
                         for v in (
                             pr.symbolic.variables["num_heads"],
                             pr.symbolic.variables["max_qo_len"],
@@ -144,6 +145,23 @@ def symbolic_comparison(
             Comparison(name, "symbolic", verdict, seconds=time.perf_counter() - start, differences=diffs)
         )
     return out
+
+
+def smallest_witness(s: z3.Solver, variables: dict[str, Any]) -> z3.ModelRef:
+    """The smallest shape of a satisfiable difference, minimised as check minimises a counterexample
+    (fewest heads, then qlen, then speculative tokens, ...; then the Shape defaults where they fit).  The
+    pins live inside a push/pop, so ``s`` keeps asking for further differences afterwards; where z3 gives
+    up minimising, its first model stands."""
+    first = s.model()
+    s.push()
+    try:
+        objectives = [(variables[n], FIELD_BY_NAME[n].minimum) for n in MINIMISE_ORDER]
+        least = minimise_in_order(s, objectives, first)
+        if least is None:
+            return first
+        return canonical_model(s, variables, fixed=MINIMISE_ORDER, model=least) or least
+    finally:
+        s.pop()
 
 
 def _concrete_difference(
