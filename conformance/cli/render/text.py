@@ -143,9 +143,11 @@ def expectation_summary(outcomes: list[Outcome], console: Console) -> None:
     surprises = [o for o in outcomes if o.surprise]
     expected_violations = sum(o.result.verdict == VIOLATED for o in outcomes if not o.surprise)
     if not surprises:
+        n = len(outcomes)
+        verdicts = "the one verdict matches" if n == 1 else f"all {label_count(n, 'verdict')} match"
         console.print(
-            f"\n[green]As expected:[/] all {label_count(len(outcomes), 'verdict')} match {manifest} "
-            f"({expected_violations:,} expected violations, each with its reason there; "
+            f"\n[green]As expected:[/] {verdicts} {manifest} "
+            f"({label_count(expected_violations, 'expected violation')}, each with its reason there; "
             "--no-expect details every violation)",
             soft_wrap=True,
         )
