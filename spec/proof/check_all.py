@@ -19,7 +19,11 @@ from spec.proof.verdict import UNKNOWN
 
 
 def check_all(
-    targets: list[Any], registries: Iterable[str], invariants: Iterable[str], max_classes: int, timeout: float
+    targets: list[Any],
+    registries: Iterable[str],
+    invariants: Iterable[str],
+    max_classes: int | None,
+    timeout: float,
 ) -> list[CheckResult]:
     """Every (target, registry, invariant), in that order.
 
