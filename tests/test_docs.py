@@ -1,4 +1,4 @@
-"""The docs cannot drift from the tool: generated pages and output blocks are current, links resolve."""
+"""The docs cannot drift from the tool: generated pages, output blocks and excerpts are current."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ LINK = re.compile(r"!?\[(?:[^\]\[]|\[[^\]]*\])*\]\(([^)\s]+)\)")
 PAGES = sorted(docgen.DOCS.glob("**/*.md")) + [docgen.REPO / "README.md"]
 
 
-def test_generated_pages_and_output_blocks_are_what_docgen_writes_today():
+def test_generated_pages_output_blocks_and_excerpts_are_what_docgen_writes_and_finds_today():
     fresh = docgen.pages()
     stale = {path: text for path, text in fresh.items() if not path.exists() or path.read_text() != text}
     diffs = [
@@ -27,6 +27,9 @@ def test_generated_pages_and_output_blocks_are_what_docgen_writes_today():
         for path, text in stale.items()
     ]
     assert not stale, "run: python -m conformance.docgen\n" + "\n".join(diffs)
+    # in the same test, so the commands the output blocks ran are not run again (command_output is cached)
+    cut = docgen.stale_excerpts()
+    assert not cut, "edit these excerpts by hand:\n" + "\n".join(cut)
 
 
 def test_a_stale_output_block_is_found(tmp_path, monkeypatch):
@@ -37,6 +40,67 @@ def test_a_stale_output_block_is_found(tmp_path, monkeypatch):
     )
     fresh = docgen.with_outputs(page.read_text())
     assert '"revisions"' in fresh and "STALE-TEXT" not in fresh
+
+
+def test_a_generated_block_is_filled_in_and_a_stale_one_rewritten():
+    page = "<!-- generated: verdicts vllm-0.28 -->\nSTALE-TEXT\n<!-- /generated -->\n"
+    fresh = docgen.with_outputs(page)
+    assert "STALE-TEXT" not in fresh and "| fp8-never-reaches-gluon | PROVED |" in fresh
+    assert docgen.with_outputs(fresh) == fresh
+
+
+def test_a_text_excerpt_is_its_lines_in_order_with_gaps(monkeypatch):
+    monkeypatch.setattr(docgen, "command_output", lambda args, prog="mla-spec": "a\nb\nc\nd\n")
+
+    def problems(*lines: str) -> list[str]:
+        body = "".join(line + "\n" for line in lines)
+        return docgen.excerpt_problems(
+            f"<!-- excerpt: mla-spec x -->\n```text\n{body}```\n<!-- /excerpt -->\n"
+        )
+
+    assert problems("a", "...", "d") == [] and problems("...", "b", "c", "...") == []
+    assert problems("a", "b", "c", "d") == [] and problems("  ...", "d") == []
+    assert "no line 'e'" in problems("a", "...", "e")[0]
+    assert "not in this order" in problems("...", "c", "b", "...")[0]
+    assert (
+        "not in this order" in problems("a", "c", "...")[0]
+    )  # shown next to each other, not so in the output
+    assert problems("b", "...")  # the output starts with a, so the excerpt must too, or open with ...
+
+
+def test_a_json_excerpt_shows_only_what_the_output_holds():
+    actual = {"a": 1, "b": [{"x": "hello world", "t": 0.25}, {"x": "y", "t": 1.5}, 3], "c": None}
+    pattern = docgen.json_pattern
+    assert docgen.json_matches(pattern('{"a": 1, ...}'), actual)
+    assert docgen.json_matches(
+        pattern('{"a": 1, "b": [{"x": "hello ...", "t": ...}, ...], "c": null}'), actual
+    )
+    assert docgen.json_matches(pattern('{"b": [..., 3], ...}'), actual)
+    assert docgen.json_matches(pattern('{"b": [..., {"x": "y", ...}, ...], ...}'), actual)
+    assert docgen.json_matches(
+        pattern('{"s": "a ... b", ...}'), {"s": "a ... b"}
+    )  # ... inside a string is text
+    assert not docgen.json_matches(pattern('{"a": 1}'), actual)  # no ...: every member shown
+    assert not docgen.json_matches(pattern('{"a": 2, ...}'), actual)
+    assert not docgen.json_matches(pattern('{"a": true, ...}'), {"a": 1})
+    assert not docgen.json_matches(pattern('{"b": [{"x": "hello world", "t": 0.25}], ...}'), actual)
+    assert not docgen.json_matches(pattern('{"b": [..., 4], ...}'), actual)
+    assert not docgen.json_matches(pattern('{"z": ..., ...}'), actual)
+
+
+def test_the_example_edits_are_the_ones_change_a_gate_shows():
+    """old.py is vLLM 0.28.0's file; new.py drops the fp8 guard of use_gluon_decode, new2.py raises the padded
+    persistent qlen bound to 5 (network: the release is fetched once into the cache)."""
+    one = docgen.command_output("old.py new.py", "diff")
+    assert one.splitlines()[1:] == [
+        "<         if is_quantized_kv_cache(kv_cache_dtype):",
+        "<             return False",
+    ]
+    two = docgen.command_output("old.py new2.py", "diff")
+    assert (
+        "<     _ASM_PADDED_MAX_PS_QLEN: Final = 4" in two
+        and ">     _ASM_PADDED_MAX_PS_QLEN: Final = 5" in two
+    )
 
 
 def test_the_invariant_reference_holds_every_catalogue_entry():
