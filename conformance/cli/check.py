@@ -115,18 +115,21 @@ def check_command(
         from spec.analyses.memory import over_budget
 
         memory = (memory_budget, *over_budget(targets, memory_budget, max_num_seqs))
-    report(
-        results,
-        fmt,
-        None if manifest is None else compare(results, manifest),
-        show,
-        deployments_hit(results, targets),
-        memory,
-    )
+    outcomes = None if manifest is None else compare(results, manifest)
+    # Hits are named where they are shown: every class in JSON, the classes the text details, none in SARIF
+    # or JUnit (the default text run, whose violations are all expected, details none).
+    if fmt == "json":
+        shown = [(r, r.counterexamples) for r in results]
+    elif fmt == "text":
+        detailed = results if outcomes is None else [o.result for o in outcomes if o.surprise]
+        shown = [(r, r.counterexamples[:show]) for r in detailed]
+    else:
+        shown = []
+    report(results, fmt, outcomes, show, deployments_hit(shown, targets), memory)
 
 
-def deployments_hit(results: list[CheckResult], targets: list) -> dict[int, list[str]]:
-    """For each counterexample (by id), the bundled deployments its class hits ("Kimi-K3 TP8 fp8").
+def deployments_hit(shown: list[tuple[CheckResult, list]], targets: list) -> dict[int, list[str]]:
+    """For each counterexample shown (by id), the bundled deployments its class hits ("Kimi-K3 TP8 fp8").
 
     Hits are counted with the numpy interpretation of a model revision; a release's real gates (which lift
     to z3 only) borrow the model revision ``bind`` proves equal to it, and a gate file by path names none.
@@ -142,9 +145,9 @@ def deployments_hit(results: list[CheckResult], targets: list) -> dict[int, list
     model = {t if isinstance(t, str) else t.id: model_of(t) for t in targets}
     return {
         id(c): hits(m, r.registry, r.invariant, c.view)
-        for r in results
+        for r, counterexamples in shown
         if (m := model[r.revision]) is not None
-        for c in r.counterexamples
+        for c in counterexamples
     }
 
 
