@@ -322,28 +322,45 @@ def kernel_names(reg: Registry) -> tuple[str, ...]:
     return (*dict.fromkeys(r.name for r in _reachable_rows(reg)), NO_KERNEL)
 
 
+def _row_matches(r: KernelRow, arch: Term, req: KernelRequest, lookup: AsmLookup) -> Term:
+    return all_of(
+        lookup.kernel_ok,
+        eq(arch, r.arch),
+        eq(req.q_dtype, r.q),
+        eq(req.kv_dtype, r.kv),
+        lookup.gqa == r.gqa,
+        lookup.ps == bool(r.ps),
+        lookup.qseqlen == r.qseqlen,
+        lookup.causal == bool(r.causal),
+    )
+
+
 def resolved_kernel(reg: Registry, arch: Term, req: KernelRequest, lookup: AsmLookup) -> Term:
     """The code object a request resolves to: the first reachable row the lookup matches, else NO_KERNEL.
 
     Written once, in the logic vocabulary: explain, the cases, the graph, the diff (numpy and z3) and the
     executing harness's AITER stand-in all resolve kernels here."""
-    cases = [
-        (
-            all_of(
-                lookup.kernel_ok,
-                eq(arch, r.arch),
-                eq(req.q_dtype, r.q),
-                eq(req.kv_dtype, r.kv),
-                lookup.gqa == r.gqa,
-                lookup.ps == bool(r.ps),
-                lookup.qseqlen == r.qseqlen,
-                lookup.causal == bool(r.causal),
-            ),
-            r.name,
-        )
-        for r in _reachable_rows(reg)
-    ]
+    cases = [(_row_matches(r, arch, req, lookup), r.name) for r in _reachable_rows(reg)]
     return choose(kernel_names(reg), cases, NO_KERNEL)
+
+
+def _first_rows_named(reg: Registry, name: str) -> list[KernelRow]:
+    """The reachable rows named ``name`` that no earlier reachable row shadows (same lookup key)."""
+    seen, out = set(), []
+    for r in _reachable_rows(reg):
+        key = (r.arch, r.q, r.kv, r.gqa, bool(r.ps), r.qseqlen, bool(r.causal))
+        if key not in seen and r.name == name:
+            out.append(r)
+        seen.add(key)
+    return out
+
+
+def resolves_to(reg: Registry, arch: Term, req: KernelRequest, lookup: AsmLookup, name: str) -> Term:
+    """``resolved_kernel(...) == name``, from the rows of that name alone: resolution takes the first row
+    whose key matches, and a row's key match is its own condition, so the request resolves to ``name``
+    exactly when one of its rows that no earlier row shadows matches.  A few rows instead of the whole
+    table: known-wrong and V-dropping kernels are matched this way."""
+    return any_of(*[_row_matches(r, arch, req, lookup) for r in _first_rows_named(reg, name)])
 
 
 # --- the Gluon path ---------------------------------------------------------------------
@@ -421,6 +438,6 @@ def kernel_fault_matches(
         if w.qlen:
             terms.append(is_in(req.kernel_qlen, w.qlen))
         if w.kernel is not None:
-            terms.append(eq(resolved_kernel(reg, arch, req, lookup), w.kernel))
+            terms.append(resolves_to(reg, arch, req, lookup, w.kernel))
         out.append(all_of(*terms))
     return out

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
 
-from mla_model.registry import NO_KERNEL, KernelRow, asm_lookup, load_registry, resolved_kernel
+from mla_model.registry import NO_KERNEL, REGISTRY_IDS, KernelRow, asm_lookup, load_registry, resolved_kernel
 from mla_model.route import KernelRequest
+from spec.proof.strategies import shapes
 
 
 def lookup(reg_id, arch, q, kv, m, qlen, persistent, num_reqs=1, causal=True):
@@ -83,3 +85,20 @@ def test_gluon_limits_per_version():
     assert load_registry("aiter-0.1.20").gluon_max_heads == 96
     assert not load_registry("aiter-0.1.19").gluon_fp8_batched
     assert load_registry("aiter-0.1.20").gluon_fp8_batched
+
+
+@pytest.mark.parametrize("registry_id", REGISTRY_IDS)
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(shape=shapes())
+def test_resolves_to_a_kernel_agrees_with_the_resolved_kernel(registry_id, shape):
+    """``resolves_to`` (the rows of one name) is ``resolved_kernel(...) == name`` (the whole table), for every
+    name on any step, whatever the revision routes."""
+    from mla_model.decision import decide
+    from mla_model.registry import kernel_names, resolves_to
+    from mla_model.revisions import get_revision
+
+    reg = load_registry(registry_id)
+    d = decide(get_revision("vllm-0.34"), reg, shape)
+    resolved = resolved_kernel(reg, shape.arch, d.route.request, d.asm)
+    for name in kernel_names(reg)[:-1]:
+        assert bool(resolves_to(reg, shape.arch, d.route.request, d.asm, name)) == (resolved == name), name
