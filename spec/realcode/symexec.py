@@ -248,10 +248,9 @@ class Explorer:
         self.both_feasible: list[bool] = []
 
     def _feasible(self, extra: Any) -> bool:
-        self.solver.push()
-        self.solver.add(*self.conds, extra)
-        answer = self.solver.check()
-        self.solver.pop()
+        """Whether the path so far (asserted on the solver as it is decided) allows ``extra``: one check
+        under an assumption, nothing re-asserted."""
+        answer = self.solver.check(extra)
         if answer == z3.unknown:
             raise LiftingUnsupported("z3 could not decide a path condition")
         return answer == z3.sat
@@ -264,11 +263,16 @@ class Explorer:
         elif i < len(self.forced):
             choice, both = self.forced[i], False
         else:
-            can_true, can_false = self._feasible(cond), self._feasible(z3.Not(cond))
-            choice, both = (True if can_true else False), (can_true and can_false)
+            # The path so far is feasible, so at least one side is: ask the other only when needed.
+            can_true = self._feasible(cond)
+            can_false = self._feasible(z3.Not(cond)) if can_true else True
+            choice, both = can_true, (can_true and can_false)
+        taken = cond if choice else z3.Not(cond)
         self.trace.append(choice)
         self.both_feasible.append(both)
-        self.conds.append(cond if choice else z3.Not(cond))
+        self.conds.append(taken)
+        if not (z3.is_true(cond) or z3.is_false(cond)):
+            self.solver.add(taken)  # inside the path's push (explore)
         return choice
 
     def explore(self, fn: Callable[[], Any]) -> list[tuple[list[Any], Any]]:
@@ -280,6 +284,7 @@ class Explorer:
                 if len(paths) >= MAX_PATHS:
                     raise LiftingUnsupported(f"more than {MAX_PATHS} paths")
                 self.forced, self.trace, self.conds, self.both_feasible = pending.pop(), [], [], []
+                self.solver.push()  # the path's conditions, asserted as decided, go with its pop
                 try:
                     value = fn()
                 except LiftingUnsupported:
@@ -288,6 +293,8 @@ class Explorer:
                     raise LiftingUnsupported(
                         f"the code raises {type(e).__name__} on a feasible path: {e}"
                     ) from None
+                finally:
+                    self.solver.pop()
                 paths.append((list(self.conds), value))
                 for i in range(len(self.forced), len(self.trace)):
                     if self.both_feasible[i]:
