@@ -22,7 +22,7 @@ from typing import Any
 
 import z3
 
-from mla_model.logic import EnumTerm
+from mla_model.logic import EnumTerm, all_of
 
 MAX_PATHS = 20_000
 
@@ -305,8 +305,9 @@ class Explorer:
 
 
 def fold(paths: list[tuple[list[Any], Any]], pick: Callable[[Any], Any] = lambda v: v) -> Any:
-    """One z3 term from the paths' values: the value of the path whose condition holds."""
-    terms = [(z3.And(*conds) if conds else z3.BoolVal(True), term_of(pick(value))) for conds, value in paths]
+    """One z3 term from the paths' values: the value of the path whose condition holds.  A path's condition
+    is one memoised conjunction (``all_of``), built once for all the outputs folded over the same paths."""
+    terms = [(all_of(*conds), term_of(pick(value))) for conds, value in paths]
     result = terms[-1][1]
     for cond, value in reversed(terms[:-1]):
         result = z3.If(cond, value, result)
