@@ -66,3 +66,10 @@ def test_a_plain_power_in_the_gates_still_computes():
     assert bounded_pow(2, 10) == 1024 and bounded_pow(576, -0.5) == 576**-0.5
     with pytest.raises(GateRunaway):
         bounded_pow(2, MAX_INT_BITS + 1)
+
+
+def test_audit_stops_a_looping_gate_within_its_timeout_too(runaway_file):
+    start = time.perf_counter()
+    r = run("audit", runaway_file("loop"), "--executed", "0", "--invariant", "total", "--timeout", "2")
+    assert time.perf_counter() - start < 30
+    assert r.returncode == 3, r.stdout + r.stderr

@@ -104,9 +104,6 @@ def check_command(
     targets = (
         [*revisions, *[load_revision(r) for r in releases]] if releases else list(revisions or REVISIONS)
     )
-    from spec.realcode import sandbox
-
-    sandbox.set_call_limit(timeout)  # a real gate that loops is stopped and UNKNOWN, like a solver call
     results = check_all(
         targets, registries or REGISTRY_IDS, invariants or list(INVARIANT_BY_ID), max_classes, timeout
     )

@@ -32,8 +32,12 @@ def check_all(
     guesses for the next, see :func:`spec.proof.prover.check_many`), or one per (revision, registry)
     where there are fewer revisions than cores.  Each process is forked fresh for its job, so which
     classes z3 enumerates first does not depend on what ran before it (the output is the same on every
-    run).  Real-code revisions, whose lifted gates do not cross a process boundary, run here.
+    run).  Real-code revisions, whose lifted gates do not cross a process boundary, run here, each call of
+    their code bounded by ``timeout`` like a solver call (a gate that loops is UNKNOWN, never waited for).
     """
+    from spec.realcode import sandbox
+
+    sandbox.set_call_limit(timeout)
     registries, invariants = tuple(registries), tuple(invariants)
     workers = os.cpu_count() or 1
     jobs = [(rev, registries, invariants, max_classes, timeout) for rev in targets]
