@@ -74,11 +74,11 @@ from mla_model.registry import (
     v_scale_dropped,
 )
 from mla_model.revisions import RELEASE_OF_REVISION, get_revision
-from mla_model.route import KernelRequest
 from mla_model.shape import Shape
 from spec.proof.check_all import check_all
 from spec.proof.invariants import INVARIANTS
 from spec.proof.verdict import DEFAULT_TIMEOUT_MS, UNKNOWN, VIOLATED
+from spec.realcode.executed.calls import asm_request
 
 pytestmark = pytest.mark.network
 
@@ -164,24 +164,12 @@ def _asm_call(row: dict[str, Any]) -> dict[str, Any] | None:
     return next((c for c in row.get("calls") or [] if c.get("entry") == "mla_decode_fwd"), None)
 
 
-def _request(call: dict[str, Any]) -> KernelRequest:
-    """The ASM request as the release made it, from the recorded call."""
-    return KernelRequest(
-        q_dtype=call["q_dtype"],
-        kv_dtype=call["kv_dtype"],
-        padded_heads=call["q_shape"][1],
-        kernel_qlen=call["max_seqlen_q"],
-        persistent=call["persistent"],
-        causal=True if call.get("causal") is None else call["causal"],
-    )
-
-
 def _lands_on_known_wrong(row: dict[str, Any], shape: Shape, reg: Registry) -> bool:
     """The executed ASM request (as the release made it) resolves to a registry entry of wrong kernels."""
     call = _asm_call(row)
     if call is None:
         return False
-    req = _request(call)
+    req = asm_request(call)
     lookup = asm_lookup(reg, shape.arch, req, call["num_reqs"])
     return any(bool(m) for m in known_wrong_matches(reg, shape.arch, req, lookup))
 
@@ -192,7 +180,7 @@ def _v_scale_miscounted(row: dict[str, Any], shape: Shape, reg: Registry) -> boo
     call = _asm_call(row)
     if call is None or call["kv_dtype"] != "fp8":
         return False
-    req = _request(call)
+    req = asm_request(call)
     dropped = bool(v_scale_dropped(reg, shape.arch, req, asm_lookup(reg, shape.arch, req, call["num_reqs"])))
     return dropped != bool((row.get("decode") or {}).get("fp8_v_scale_fix"))
 

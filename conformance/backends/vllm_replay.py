@@ -220,24 +220,6 @@ def _row_windows(
 # --- the stand-ins ----------------------------------------------------------------------------
 
 
-def _drops_v_scale(call: dict[str, Any], st: Any) -> bool:
-    """Whether the kernel this recorded ASM call resolves to applies kv_scale to the scores but not to V."""
-    from mla_model.registry import asm_lookup, v_scale_dropped
-    from mla_model.route import KernelRequest
-
-    req = KernelRequest(
-        q_dtype=call["q_dtype"],
-        kv_dtype=call["kv_dtype"],
-        padded_heads=call["q_shape"][1],
-        kernel_qlen=call["max_seqlen_q"],
-        persistent=call["persistent"],
-        causal=True if call.get("causal") is None else bool(call["causal"]),
-    )
-    return bool(
-        v_scale_dropped(st.registry, st.arch, req, asm_lookup(st.registry, st.arch, req, call["num_reqs"]))
-    )
-
-
 def _asm(call: dict[str, Any], t: dict[str, Any], st: Any, info: dict[str, Any]) -> None:
     q, o, kv = t["q"], t["o"], t["kv"]
     qf = read_as_kernel(q, st.arch, info, "q")
@@ -247,7 +229,7 @@ def _asm(call: dict[str, Any], t: dict[str, Any], st: Any, info: dict[str, Any])
     qf = qf * q_scale
     k = kvf * kv_scale
     # A kernel the registry lists as leaving V unscaled (sources §57) reads V without the cache's scale.
-    drops_v = call["kv_dtype"] == "fp8" and _drops_v_scale(call, st)
+    drops_v = call["kv_dtype"] == "fp8" and call["v_scale_dropped"]  # the recorder's registry lookup
     v = kvf[:, :V_HEAD_DIM] * (1.0 if drops_v else kv_scale)
     sm = call.get("sm_scale")
     sm = 1.0 / math.sqrt(q.shape[-1]) if sm is None else float(sm)

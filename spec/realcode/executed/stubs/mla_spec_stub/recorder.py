@@ -286,24 +286,19 @@ def _asm_failure(call: dict[str, Any]) -> tuple[BaseException, str] | None:
     """What AITER raises for this ASM request (mla_model.failures, from the registry); None when a kernel
     runs it."""
     from mla_model.failures import ASM_FAILURES, AsmCall, first_of
-    from mla_model.registry import asm_lookup, resolved_kernel
-    from mla_model.route import KernelRequest
+    from mla_model.registry import asm_lookup, resolved_kernel, v_scale_dropped
+    from spec.realcode.executed.calls import asm_request
 
     reg = STATE.registry
-    req = KernelRequest(
-        q_dtype=call["q_dtype"],
-        kv_dtype=call["kv_dtype"],
-        padded_heads=call["q_shape"][1],
-        kernel_qlen=call["max_seqlen_q"],
-        persistent=call["persistent"],
-        causal=True if call["causal"] is None else call["causal"],
-    )
+    req = asm_request(call)
     a = asm_lookup(reg, STATE.arch, req, call["num_reqs"])
     call["aiter_persistent"] = bool(a.persistent)
     failure = first_of(ASM_FAILURES, AsmCall(req, a, STATE.arch))
     if failure:
         return failure[0].exception(failure[1]), failure[0].kind
     call["kernel"] = resolved_kernel(reg, STATE.arch, req, a)
+    # The kernel applies kv_scale to the scores only (sources §57): the replay kernel reads V unscaled.
+    call["v_scale_dropped"] = bool(v_scale_dropped(reg, STATE.arch, req, a))
     return None
 
 
