@@ -21,7 +21,7 @@ from conformance.cli.options import (
     revision_option,
     timeout_option,
 )
-from conformance.cli.render.text import check_table, shape_summary
+from conformance.cli.render.text import check_table, detailed_results, shape_summary
 from mla_model.registry import REGISTRY_IDS
 from mla_model.revisions import REVISIONS
 from spec.proof.check_all import check_all
@@ -118,8 +118,7 @@ def check_command(
     if fmt == "json":
         shown = [(r, r.counterexamples) for r in results]
     elif fmt == "text":
-        detailed = results if outcomes is None else [o.result for o in outcomes if o.surprise]
-        shown = [(r, r.counterexamples[:show]) for r in detailed]
+        shown = [(r, r.counterexamples[:show]) for r in detailed_results(results, outcomes)]
     else:
         shown = []
     report(results, fmt, outcomes, show, deployments_hit(shown, targets), memory)

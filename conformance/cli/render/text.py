@@ -56,6 +56,11 @@ def revision_label(revision: str) -> str:
     return revision if len(parts) <= 3 else "…/" + "/".join(parts[-3:])
 
 
+def detailed_results(results: list[CheckResult], outcomes: list[Outcome] | None) -> list[CheckResult]:
+    """The results the text details below its table: every one without a manifest, else the surprises."""
+    return results if outcomes is None else [o.result for o in outcomes if o.surprise]
+
+
 def check_table(
     results: list[CheckResult],
     console: Console,
@@ -88,7 +93,7 @@ def check_table(
                 end_section=(j == len(invariants) - 1),
             )
     console.print(table)
-    detailed = results if outcomes is None else [o.result for o in outcomes if o.surprise]
+    detailed = detailed_results(results, outcomes)
     for r in detailed:
         if r.verdict == VIOLATED:
             _violation(r, console, show, hit or {})
