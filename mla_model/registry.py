@@ -420,6 +420,13 @@ def v_scale_dropped(reg: Registry, arch: Term, req: KernelRequest, lookup: AsmLo
     return any_of(*kernel_fault_matches(reg, reg.v_scale_dropped, arch, req, lookup))
 
 
+def probe_drops_v_scale(reg: Registry, arch: Term, heads: Term, qlen: Term, q_dtype: Term = "fp8") -> Term:
+    """What vLLM 0.34.0's V-scale probe finds (sources §57): one request's causal block of ``qlen`` tokens
+    on ``heads`` heads over an fp8 cache, persistent, lands on a kernel that leaves V unscaled."""
+    probe = KernelRequest(q_dtype, "fp8", heads, qlen, persistent=True, causal=True)
+    return v_scale_dropped(reg, arch, probe, asm_lookup(reg, arch, probe, 1))
+
+
 def kernel_fault_matches(
     reg: Registry, entries: tuple[KnownWrong, ...], arch: Term, req: KernelRequest, lookup: AsmLookup
 ) -> list[Term]:

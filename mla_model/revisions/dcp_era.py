@@ -21,7 +21,7 @@ from typing import Any
 
 from mla_model.derived import dcp_decode_heads, is_quantized_kv_cache, parallel_drafting
 from mla_model.logic import Term, all_of, any_of, ceil_to_multiple, eq, if_then_else, implies, is_in, ne, not_
-from mla_model.registry import Registry, asm_lookup, v_scale_dropped
+from mla_model.registry import Registry, probe_drops_v_scale
 from mla_model.revisions import vllm_028
 from mla_model.revisions.base import (
     ASM_PADDED_MAX_PS_QLEN,
@@ -33,7 +33,7 @@ from mla_model.revisions.base import (
     on_gfx950,
     padding_of,
 )
-from mla_model.route import KernelRequest, Route
+from mla_model.route import Route
 
 _AITER_MAX_PADDED_MLA_HEADS = 128
 _GLUON_MAX_KV_CACHE_BYTES = 1 << 31
@@ -125,16 +125,13 @@ def fp8_v_scale_fix(s: Any, reg: Registry, m: Term, fp8: Term, persistent: Term)
     and forward_mqa multiplies the ASM output by k_scale (L3702-3703).  The probe measures AITER; here the
     registry answers it."""
     qlen = s.max_qo_len
-    probe = KernelRequest(
-        q_dtype="fp8", kv_dtype="fp8", padded_heads=m, kernel_qlen=qlen, persistent=True, causal=True
-    )
     return all_of(
         fp8,
         s.dcp_world_size == 1,
         persistent,  # has_persistent_metadata, which also bounds qlen by _mtp_decode_qlen
         qlen >= 2,
         qlen <= ASM_PADDED_MAX_PS_QLEN,
-        v_scale_dropped(reg, s.arch, probe, asm_lookup(reg, s.arch, probe, 1)),
+        probe_drops_v_scale(reg, s.arch, m, qlen),
     )
 
 

@@ -308,20 +308,9 @@ def drops_v_scale(num_heads: int, qlen: int, q_fp8: bool) -> bool:
     registry says whether the kernel that block resolves to leaves V unscaled (sources §57).  Only the
     measurement is replaced; which heads and qlens the builder probes, the metadata flag and the multiply in
     forward_mqa are the release's code."""
-    from mla_model.registry import asm_lookup, v_scale_dropped
-    from mla_model.route import KernelRequest
+    from mla_model.registry import probe_drops_v_scale
 
-    req = KernelRequest(
-        q_dtype="fp8" if q_fp8 else "bf16",
-        kv_dtype="fp8",
-        padded_heads=num_heads,
-        kernel_qlen=qlen,
-        persistent=True,
-        causal=True,
-    )
-    return bool(
-        v_scale_dropped(STATE.registry, STATE.arch, req, asm_lookup(STATE.registry, STATE.arch, req, 1))
-    )
+    return bool(probe_drops_v_scale(STATE.registry, STATE.arch, num_heads, qlen, "fp8" if q_fp8 else "bf16"))
 
 
 def _gluon_failure(call: dict[str, Any]) -> tuple[BaseException, str] | None:
