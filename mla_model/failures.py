@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mla_model.logic import Term, all_of, any_of, choose, eq, not_
+from mla_model.logic import Term, all_of, any_of, choose, eq, iff, not_
 from mla_model.registry import AsmLookup, GluonCheck, Registry, resolved_kernel
 from mla_model.route import KernelRequest
 
@@ -286,15 +286,16 @@ def _gluon_reads_fp8(d: Decision) -> Term:
     return all_of(d.on_gluon, eq(d.gluon_call.kv_dtype, "fp8"))
 
 
+def v_scaled_once(d: Decision) -> Term:
+    """An ASM kernel's V gets the cache's scale exactly once: vLLM rescales exactly where the kernel left it
+    unscaled (sources §57)."""
+    return iff(d.v_scale_dropped, d.route.v_scale_fix)
+
+
 def v_scale_miscounted(d: Decision) -> Term:
     """An ASM step over an fp8 cache whose V does not get the cache's scale exactly once: the kernel leaves
-    it unscaled and vLLM does not rescale, or vLLM rescales what the kernel already scaled (sources §57)."""
-    dropped, rescaled = d.v_scale_dropped, d.route.v_scale_fix
-    return all_of(
-        d.on_asm,
-        eq(d.route.request.kv_dtype, "fp8"),
-        any_of(all_of(dropped, not_(rescaled)), all_of(not_(dropped), rescaled)),
-    )
+    it unscaled and vLLM does not rescale, or vLLM rescales what the kernel already scaled."""
+    return all_of(d.on_asm, eq(d.route.request.kv_dtype, "fp8"), not_(v_scaled_once(d)))
 
 
 def v_scale_text(d: Decision, reg: Registry) -> str:

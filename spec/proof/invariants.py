@@ -30,6 +30,7 @@ from mla_model.failures import (
     known_wrong_text,
     symptom_of,
     v_scale_text,
+    v_scaled_once,
 )
 from mla_model.logic import Term, all_of, any_of, eq, iff, implies, is_in, not_
 from mla_model.registry import Registry
@@ -126,7 +127,7 @@ def _kv_scale_applied(d: Decision) -> Term:
         all_of(fp8, not_(d.route.vllm_raises)),
         all_of(
             implies(runs_on_gluon, d.route.kv_scale_passed),
-            implies(runs_on_asm, iff(d.v_scale_dropped, d.route.v_scale_fix)),  # V scaled exactly once
+            implies(runs_on_asm, v_scaled_once(d)),
         ),
     )
 
