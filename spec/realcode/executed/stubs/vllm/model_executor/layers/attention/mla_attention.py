@@ -24,6 +24,9 @@ attention/mla_attention.py, 0.27.0-0.34.0):
   the DCP world size and rank ``AttentionImpl.__new__`` sets from
   ``get_dcp_group()`` (vllm/v1/attention/backend.py 0.29.0 L837-858, 0.34.0
   L831-856; read by AiterMLAImpl from 0.29.0, e.g. L1429).
+* ``get_dcp_group``/``get_tp_group`` are module names here as in 0.34.0
+  (L228-231, imported from parallel_state), where its shipped DCP tests patch
+  them.
 * ``init_mla_context_partial``/``accumulate_mla_context_chunk`` (imported
   0.33.0 L19; chunked-prefill context, 0.34.0 L3029/L3056) are prefill-only:
   reaching one is a harness fault.
@@ -37,6 +40,7 @@ from typing import Any, Generic, TypeVar
 import torch
 from mla_spec_stub import prefill_only, strict
 
+from vllm.distributed.parallel_state import get_dcp_group, get_tp_group
 from vllm.v1.attention.backend import AttentionMetadataBuilder
 
 __getattr__ = strict("vllm.model_executor.layers.attention.mla_attention")
@@ -232,8 +236,6 @@ class MLACommonImpl(Generic[M]):
         self.v_head_dim = v_head_dim
         self.kv_b_proj = kv_b_proj
         self.q_pad_num_heads = q_pad_num_heads
-        from vllm.distributed import get_dcp_group
-
         self.dcp_world_size = get_dcp_group().world_size
         self.dcp_rank = get_dcp_group().rank_in_group
         self.need_to_return_lse_for_decode = self.dcp_world_size > 1
