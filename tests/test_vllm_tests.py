@@ -138,6 +138,19 @@ def test_needs_unstubbed_name():
     from vllm.config import SomethingOutsideTheBackend  # noqa: F401
 
 
+needs_device = pytest.mark.skipif(not torch.accelerator.is_available(), reason="needs a ROCm GPU")
+
+
+@needs_device
+def test_gate_under_a_device_skip():
+    assert current_platform.is_rocm()
+
+
+@needs_device
+def test_device_under_a_device_skip():
+    torch.accelerator.set_device_index(0)
+
+
 def test_kernel_output_never_computed():
     from aiter.mla import mla_decode_fwd
 
@@ -163,12 +176,63 @@ def test_item_classification(tmp_path):
     (folder / "test_synthetic_aiter_mla.py").write_text(textwrap.dedent(_SYNTHETIC))
     r = run_test_files(folder, ["test_synthetic_aiter_mla.py"], tree / RELATIVE_PATH, tree)
     by = lambda rows: {x["item"].rsplit("::", 1)[1]: x for x in rows}  # noqa: E731
-    assert r["items"] == 7
-    assert r["passed"] == 1 and r["failed"] == 1 and r["errors"] == 1 and r["skipped"] == 1
+    assert r["items"] == 9
+    assert r["passed"] == 2 and r["failed"] == 1 and r["errors"] == 1 and r["skipped"] == 1
     assert set(by(r["failures"])) == {"test_fails", "test_errors"}
     nr = by(r["not_runnable"])
-    assert set(nr) == {"test_needs_gpu", "test_needs_unstubbed_name", "test_kernel_output_never_computed"}
+    assert set(nr) == {
+        "test_needs_gpu",
+        "test_needs_unstubbed_name",
+        "test_kernel_output_never_computed",
+        "test_device_under_a_device_skip",
+    }
     assert "GPU" in nr["test_needs_gpu"]["reason"]
+    assert "GPU" in nr["test_device_under_a_device_skip"]["reason"]
+    assert r["by_file"] == {
+        str(TESTS_DIR / "test_synthetic_aiter_mla.py"): {
+            "passed": 2,
+            "skipped": 1,
+            "failed": 1,
+            "error": 1,
+            "not_runnable": 4,
+        }
+    }
     assert "SomethingOutsideTheBackend" in nr["test_needs_unstubbed_name"]["reason"]
     assert "mla_decode_fwd" in nr["test_kernel_output_never_computed"]["reason"]
     assert str(TESTS_DIR) in r["not_runnable"][0]["item"]
+
+
+DCP_FILES = {
+    "cprr": str(TESTS_DIR / "test_rocm_aiter_mla_dcp_cprr.py"),
+    "numerics": str(TESTS_DIR / "test_rocm_aiter_mla_dcp_cprr_numerics.py"),
+    "gfx942": str(TESTS_DIR / "test_rocm_aiter_mla_dcp_verify_gfx942.py"),
+}
+
+
+@pytest.mark.network
+def test_0_34_0_dcp_files_pass_against_0_34_0():
+    """0.34.0's DCP files: every gate item runs and passes; what needs the real kernel on a GPU says so."""
+    r = run_shipped_tests("0.34.0", select="dcp_cprr or dcp_verify_gfx942")
+    assert not r["failed"] and not r["errors"]
+    files = r["by_file"]
+    assert files[DCP_FILES["cprr"]]["passed"] == 30 and sum(files[DCP_FILES["cprr"]].values()) == 30
+    numerics = files[DCP_FILES["numerics"]]
+    assert numerics == {"passed": 1, "skipped": 0, "failed": 0, "error": 0, "not_runnable": 5}
+    gpu = [x for x in r["not_runnable"] if x["item"].startswith(DCP_FILES["numerics"])]
+    assert all("needs a GPU" in x["reason"] for x in gpu)
+    assert not any("test_cprr_kernel_is_selected_for_the_k3_shape" in x["item"] for x in gpu)
+    assert files[DCP_FILES["gfx942"]]["skipped"] == 7  # the file's own arch skip: the stub platform is gfx950
+
+
+@pytest.mark.network
+def test_0_34_0_gfx942_dcp_verify_needs_a_gpu():
+    r = run_shipped_tests("0.34.0", arch="gfx942", select="dcp_verify_gfx942")
+    assert r["by_file"][DCP_FILES["gfx942"]] == {
+        "passed": 0,
+        "skipped": 0,
+        "failed": 0,
+        "error": 0,
+        "not_runnable": 7,
+    }
+    gfx942 = [x for x in r["not_runnable"] if x["item"].startswith(DCP_FILES["gfx942"])]
+    assert all("needs a GPU" in x["reason"] for x in gfx942)

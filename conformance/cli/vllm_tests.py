@@ -75,7 +75,9 @@ def _print_text(r: dict[str, Any]) -> None:
     nr = len(r["not_runnable"])
     echo(f"vLLM {r['release']} shipped tests against {r['against']} ({r['arch']}, {r['wall_s']}s)")
     for f in r["files"]:
-        echo(f"  {f}")
+        counts = r["by_file"].get(f, {})
+        shown = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in counts.items() if n)
+        echo(f"  {f}: {shown or 'no items'}")
     echo(
         f"items {r['items']}: passed {r['passed']}, failed {r['failed']}, errors {r['errors']}, "
         f"skipped {r['skipped']}, not runnable {nr}"

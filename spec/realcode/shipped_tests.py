@@ -24,6 +24,17 @@ That is a name the stubs lack (anything outside the backend, e.g. a real
 record it but compute nothing, so the item is not counted even when it passed).
 A test file that cannot be collected counts as one item, under errors or not
 runnable by the same rule.
+
+The stubs stand in for a ROCm GPU of ``--arch`` with AITER installed: the
+platform is ROCm, ``on_gfx942``/``on_gfx950`` answer the arch, AITER is found,
+and ``torch.accelerator.is_available()`` answers True.  A test's own skip for
+lacking that hardware (0.34.0's DCP files: ``is_aiter_found() and
+torch.accelerator.is_available()`` plus the arch, e.g.
+test_rocm_aiter_mla_dcp_cprr_numerics.py L63-78) is therefore decided by the
+arch alone, and a test under it that only asks the gates runs.  Everything that
+uses the device still fails with torch's own "Cannot access accelerator device
+when none is available" (or "Torch not compiled with CUDA enabled"): not
+runnable, needs a GPU.
 """
 
 from __future__ import annotations
@@ -293,6 +304,10 @@ def _message(report: Any, limit: int = 600) -> str:
     return text[:limit]
 
 
+# Every item's outcome, from best to worst (a later phase of an item can only make it worse).
+_OUTCOMES = ("passed", "skipped", "failed", "error", "not_runnable")
+
+
 class _Collector:
     """A pytest plugin: one outcome per item (and per uncollectable file), classified as the module says."""
 
@@ -308,8 +323,7 @@ class _Collector:
             return
         current = self.outcomes[nodeid]
         # a later phase only makes an item worse: passed < skipped < failed < error < not_runnable
-        rank = {"passed": 0, "skipped": 1, "failed": 2, "error": 3, "not_runnable": 4}
-        if rank[outcome] > rank[current["outcome"]]:
+        if _OUTCOMES.index(outcome) > _OUTCOMES.index(current["outcome"]):
             self.outcomes[nodeid] = {"outcome": outcome, **extra}
 
     def pytest_runtest_setup(self, item: Any) -> None:
@@ -373,6 +387,10 @@ class _Collector:
         count = {
             k: sum(1 for _, o in rows if o["outcome"] == k) for k in ("passed", "failed", "error", "skipped")
         }
+        by_file: dict[str, dict[str, int]] = {}
+        for n, o in rows:
+            counts = by_file.setdefault(n.split("::")[0], dict.fromkeys(_OUTCOMES, 0))
+            counts[o["outcome"]] += 1
         return {
             "items": len(rows),
             "passed": count["passed"],
@@ -386,6 +404,7 @@ class _Collector:
                 {"item": n, "message": o["message"]} for n, o in rows if o["outcome"] in ("failed", "error")
             ],
             "skips": [{"item": n, "reason": o["reason"]} for n, o in rows if o["outcome"] == "skipped"],
+            "by_file": by_file,
         }
 
 
@@ -409,6 +428,14 @@ def _exc_carrier() -> Any:
     return Carrier()
 
 
+def _stand_in_device() -> None:
+    """torch.accelerator.is_available() answers as the stubs' ROCm GPU (see the module); use still raises."""
+    import torch
+
+    if not torch.accelerator.is_available():
+        torch.accelerator.is_available = lambda: True
+
+
 def child_main() -> None:
     """The child: stubs in place, the release module over them, pytest on the copied test files."""
     request = json.loads(sys.stdin.read())
@@ -430,6 +457,7 @@ def child_main() -> None:
     st = mla_spec_stub.STATE
     st.registry = load_registry(request["registry"])
     st.kernel = None
+    _stand_in_device()
     import pytest
 
     collector = _Collector()

@@ -9,6 +9,8 @@ max_num_batched_tokens), ``cache_config.cache_dtype`` (--kv-cache-dtype),
 per shape (``mla_spec_stub.configs``).
 """
 
+from contextlib import contextmanager
+
 from mla_spec_stub import strict
 
 __getattr__ = strict("vllm.config")
@@ -30,3 +32,18 @@ _current = None
 def get_current_vllm_config_or_none():
     """vllm/config/vllm.py: the config set for the current build, or None."""
     return _current
+
+
+@contextmanager
+def set_current_vllm_config(vllm_config, check_compile=False, prefix=None):
+    """vllm/config/vllm.py (0.34.0 L3697): the current config within the block, the previous one after.
+
+    0.34.0's shipped DCP tests build their metadata inside it
+    (test_rocm_aiter_mla_dcp_cprr_numerics.py, _verify_gfx942.py).
+    """
+    global _current
+    previous, _current = _current, vllm_config
+    try:
+        yield
+    finally:
+        _current = previous

@@ -34,6 +34,13 @@ class AttentionSpec:
 KVCacheSpec = AttentionSpec
 
 
+@dataclass
+class MLAAttentionSpec(AttentionSpec):
+    """vLLM's MLAAttentionSpec (0.34.0 L741-755), as far as 0.34.0's shipped DCP tests build one."""
+
+    cache_dtype_str: "str | None" = None
+
+
 def _load() -> None:
     text = (STATE.tree / "vllm/v1/kv_cache_interface.py").read_text()
     defined = {getattr(n, "name", None) for n in _ast.parse(text).body}
