@@ -307,17 +307,22 @@ def verdict_table(revisions: list[str]) -> str:
     return "".join(out)
 
 
-def mutant_regions(_args: list[str]) -> str:
-    """How many mutants ``mla-spec mutate`` makes in each region of vLLM 0.28.0's file (made from the cached
-    release file, as the command makes them)."""
-    from spec.analyses.mutants import BUILDER, GATE, HELPER, QLEN, REGIONS, release_mutants
+def mutant_regions(args: list[str]) -> str:
+    """How many mutants ``mla-spec mutate`` makes in each region of vLLM 0.28.0's file (``dcp``: of the
+    DCP gate mutants of 0.34.0's, ``mutate --dcp``), made from the cached release file as the command
+    makes them."""
+    from spec.analyses import mutants as m
 
-    _, mutants = release_mutants()
-    counts = Counter(m.function for m in mutants)
-    where = {GATE: f"the value of `{GATE} = ...` in `{BUILDER}._build_decode`"}
-    where[QLEN] = f"the value of `self.{QLEN} = ...` in `{BUILDER}.__init__`"
+    dcp = args == ["dcp"]
+    _, mutants = m.dcp_mutants() if dcp else m.release_mutants()
+    counts = Counter(x.function for x in mutants)
+    gate = f"`{m.GATE} = ...` in `{m.BUILDER}._build_decode`"
+    where = {m.GATE: f"the DCP term of {gate}" if dcp else f"the value of {gate}"}
+    where[m.QLEN] = f"the value of `self.{m.QLEN} = ...` in `{m.BUILDER}.__init__`"
+    where.update({c: f"the value of `{c}`" for c in m.DCP_CONSTANTS})
     out = ["| region | mutants |\n|---|---|\n"]
-    out += [f"| {where.get(r, f'`{HELPER}.{r}`')} | {counts[r]} |\n" for r in REGIONS]
+    for r in m.DCP_REGIONS if dcp else m.REGIONS:
+        out.append(f"| {where.get(r, f'`{r}`' if dcp else f'`{m.HELPER}.{r}`')} | {counts[r]} |\n")
     out.append(f"| all | {len(mutants)} |\n")
     return "".join(out)
 

@@ -17,14 +17,27 @@ from click.testing import CliRunner
 
 from conformance.cli import mutate as mutate_cli
 from spec.analyses import mutants as mutants_mod
-from spec.analyses.mutants import NOT_LIFTED, REGIONS, RELEASE, generate, release_mutants, shadow_tree
-from spec.analyses.mutation import MutantResult, MutationReport, prove_equivalence, score
+from spec.analyses.mutants import (
+    DCP_REGIONS,
+    DCP_RELEASE,
+    GATE,
+    NOT_LIFTED,
+    REGIONS,
+    RELEASE,
+    dcp_mutants,
+    generate,
+    release_mutants,
+    shadow_tree,
+)
+from spec.analyses.mutation import MutantResult, MutationReport, dcp_score, prove_equivalence, score
 from spec.proof.verdict import UNKNOWN
 
 pytestmark = pytest.mark.network
 
 KILLABLE = "use_gluon_decode/ror/L914.11"  # num_heads >= m -> > m: 16 heads on gfx950 go to Gluon
 EQUIVALENT = "use_persistent_metadata/drop/L699.12/3"  # drops `max_qo_len >= 1`: every decode has qlen >= 1
+DCP_KILLED = "_MIN_CPRR_QLEN/const/L591.24/+1"  # cprr from qlen 4: test_dcp_decode_route's qlen-3 rows fail
+DCP_SURVIVOR = "_segmented_mla_fits_lds/const/L448.28/+1"  # 65 fp8 heads fit: only a GPU test compares
 REPO = Path(__file__).resolve().parents[1]
 # Every file of ours, but the stubs that stand in for vLLM's modules (they share its names by design).
 OURS = [
@@ -44,6 +57,16 @@ def release():
 @pytest.fixture(scope="module")
 def report():
     return score(select=[KILLABLE, EQUIVALENT], workers=2)
+
+
+@pytest.fixture(scope="module")
+def dcp_release():
+    return dcp_mutants(DCP_RELEASE)
+
+
+@pytest.fixture(scope="module")
+def dcp_report():
+    return dcp_score(select=[DCP_KILLED, DCP_SURVIVOR], workers=2)
 
 
 # --- the mutants ---------------------------------------------------------------------------------
@@ -79,19 +102,40 @@ def test_the_shadow_tree_holds_the_mutant_and_links_the_rest(release, tmp_path):
     assert (tmp_path / "tree" / "vllm" / "v1" / "attention" / "backend.py").is_symlink()
 
 
-def test_no_vllm_text_is_committed_with_the_mutation_code(release):
-    text, _ = release
+def test_no_vllm_text_is_committed_with_the_mutation_code(release, dcp_release):
     # Import lines and signatures are vLLM's names (kept so model and code read side by side), not code.
     long_lines = {
         ln.strip()
+        for text, _ in (release, dcp_release)
         for ln in text.splitlines()
-        if len(ln.strip()) >= 40 and not ln.strip().startswith(("from ", "import ", "def "))
+        if len(ln.strip()) >= 40 and not ln.strip().startswith(("from ", "import ", "def ", ") -> "))
     }
-    assert len(long_lines) > 200 and len(OURS) > 50
+    assert len(long_lines) > 400 and len(OURS) > 50
     for path in OURS:
         copied = long_lines & {ln.strip() for ln in path.read_text().splitlines()}
         assert not copied, f"{path.relative_to(REPO)} holds vLLM text: {sorted(copied)[:2]}"
     assert not list(REPO.glob("**/rocm_aiter_mla.py"))
+
+
+def test_dcp_mutants_cover_every_dcp_region_and_apply_as_one_span(release, dcp_release):
+    text, ms = dcp_release
+    assert 80 <= len(ms) <= 160
+    assert {m.function for m in ms} == set(DCP_REGIONS)
+    assert {m.operator for m in ms} == {"ror", "drop", "negate", "const", "andor", "flip", "elem", "route"}
+    assert len({m.id for m in ms}) == len(ms)
+    assert [m.id for m in generate(text, dcp=True)] == [m.id for m in ms]
+    original = text.encode()
+    for m in ms:
+        mutated = m.apply(original)
+        assert mutated != text
+        ast.parse(mutated)
+        assert mutated.encode()[: m.start] == original[: m.start]
+        assert mutated.encode().endswith(original[m.end :])
+    # the persistent gate contributes only the mutants that change its DCP term
+    gate = [m for m in ms if m.function == GATE]
+    assert gate and all("_is_row_view_dcp_route" in m.description for m in gate)
+    # the DCP operators are the DCP set's: 0.28.0's mutants keep theirs
+    assert not {m.operator for m in release[1]} & {"flip", "elem", "route"}
 
 
 def test_a_region_the_lifting_does_not_read_is_never_provedequivalence(release, tmp_path):
@@ -185,3 +229,31 @@ def test_exit_status_follows_the_survivors(report, monkeypatch, equivalent, gene
 def test_an_unknown_mutant_id_is_bad_input():
     result = CliRunner().invoke(mutate_cli.mutate_command, ["--mutant", "no/such/L1.0"])
     assert result.exit_code == 2 and "no mutant" in result.output
+
+
+# --- DCP gate mutants of 0.34.0 ---------------------------------------------------------------------
+
+
+def test_dcp_mutants_against_the_shipped_tests(dcp_report):
+    b = dcp_report.baseline
+    assert b["shipped_failed"] == 0 and b["shipped_items"] == dcp_report.shipped_items > 500
+    rows = {r.mutant.id: r for r in dcp_report.results}
+    killed, survivor = rows[DCP_KILLED], rows[DCP_SURVIVOR]
+    assert killed.killed_by_shipped and all("test_dcp_decode_route" in k for k in killed.shipped_killers)
+    assert not survivor.killed_by_shipped and not survivor.notes
+    # no model revision covers dcp > 1 yet: the generated side is pending, never "survives"
+    assert all(r.generated_pending and r.equivalent == UNKNOWN for r in rows.values())
+    data = json.loads(json.dumps(dcp_report.to_json()))
+    assert data["generated_cases"] is None and data["revision"] is None
+    assert data["totals"]["generated_pending"] == 2 and data["totals"]["killed_by_shipped"] == 1
+    assert all(m["generated_killers"] is None and m["killed_by_generated"] is None for m in data["mutants"])
+
+
+def test_dcp_exit_status_is_unknown_while_the_generated_side_is_pending(dcp_report, monkeypatch):
+    import spec.analyses.mutation
+
+    monkeypatch.setattr(spec.analyses.mutation, "dcp_score", lambda **kw: dcp_report)
+    result = CliRunner().invoke(mutate_cli.mutate_command, ["--dcp"])
+    assert result.exit_code == 3, result.output
+    assert DCP_RELEASE in result.output and "pending" in result.output
+    assert "test_dcp_decode_route" in result.output

@@ -1,10 +1,13 @@
 """``mla-spec mutate``: mutants of vLLM 0.28.0's real rocm_aiter_mla.py, our cases vs the shipped tests.
 
+``--dcp``: the DCP gate mutants of vLLM 0.34.0 against its shipped tests instead.
+
 See :mod:`spec.analyses.mutation`.  Exit status: 0 when our generated cases kill every
 mutant not proved equivalent; 1 when a mutant that is not equivalent survives
-them; 3 when the only survivors are ones whose equivalence is unknown; 2 for
-bad input (an unknown ``--mutant``, a release that cannot be fetched, or an
-unmutated release that already fails a suite).
+them; 3 when the only survivors are ones whose equivalence is unknown (every
+DCP mutant while its generated side is pending); 2 for bad input (an unknown
+``--mutant``, a release that cannot be fetched, or an unmutated release that
+already fails a suite).
 """
 
 from __future__ import annotations
@@ -28,8 +31,17 @@ from spec.analyses.mutation import (
 )
 
 
-def _mark(killers: tuple[str, ...]) -> str:
+def _mark(killers: tuple[str, ...] | None) -> str:
+    if killers is None:
+        return "[yellow]pending[/]"
     return f"[green]killed ({len(killers)})[/]" if killers else "[red]survives[/]"
+
+
+def _killing_tests(killers: tuple[str, ...], shown: int = 3) -> str:
+    """The test functions among ``killers`` (pytest node ids), the first ``shown`` of them named."""
+    names = list(dict.fromkeys(k.split("::")[-1].split("[")[0] for k in killers))
+    more = f", +{len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
 
 
 def _equivalent(r: MutantResult) -> str:
@@ -38,6 +50,35 @@ def _equivalent(r: MutantResult) -> str:
     if r.equivalent == UNKNOWN:
         return f"[yellow]unknown[/] ({r.symbolic.lower()})"
     return "no"
+
+
+def _print_dcp_text(report: MutationReport, console: Console) -> None:
+    """The DCP gate mutants: each one's shipped killers (test functions); the generated side pending."""
+    table = Table(title=f"mla-spec mutate --dcp: vLLM {report.release} rocm_aiter_mla.py, DCP gate mutants")
+    table.add_column("mutant", style="bold", no_wrap=True)
+    table.add_column("mutation")
+    table.add_column(f"shipped ({report.shipped_items} items)", no_wrap=True)
+    table.add_column("shipped killers", no_wrap=True)
+    table.add_column("generated", no_wrap=True)
+    for r in report.results:
+        table.add_row(
+            r.mutant.id,
+            r.mutant.description,
+            _mark(r.shipped_killers),
+            _killing_tests(r.shipped_killers),
+            _mark(r.generated_killers),
+        )
+    console.print(table)
+    t = report.totals()
+    console.print(
+        f"{t['mutants']} DCP gate mutants; shipped tests kill {t['killed_by_shipped']}, "
+        f"{t['mutants'] - t['killed_by_shipped']} survive them; generated cases pending for "
+        f"{t['generated_pending']} (no model revision covers dcp > 1 yet) "
+        f"({report.seconds:.1f} s, {report.workers} workers)"
+    )
+    for r in report.results:
+        for note in r.notes:
+            console.print(f"[yellow]note[/] {r.mutant.id}: {note}", soft_wrap=True)
 
 
 def _print_text(report: MutationReport, console: Console) -> None:
@@ -93,25 +134,38 @@ def _print_text(report: MutationReport, console: Console) -> None:
     "--workers", type=click.IntRange(min=1), default=None, help="Mutants run side by side (default: cores)."
 )
 @click.option("--mutant", "select", multiple=True, metavar="ID", help="Only this mutant (repeatable).")
-def mutate_command(fmt, timeout, workers, select) -> None:
+@click.option(
+    "--dcp",
+    is_flag=True,
+    help="The DCP gate mutants of vLLM 0.34.0 (its DCP route selection, cprr/segmented/Triton verify gates, "
+    "_NATIVE_CPRR_HEADS, _MIN_CPRR_QLEN, the persistent gate's DCP term) against 0.34.0's shipped tests; "
+    "the generated side is pending until a model revision covers dcp > 1.",
+)
+def mutate_command(fmt, timeout, workers, select, dcp) -> None:
     """Mutants of vLLM 0.28.0's real routing code: killed by our generated cases? by vLLM's shipped tests?
     equivalent?"""
-    from spec.analyses.mutation import BaselineError, score
+    from spec.analyses.mutation import BaselineError, dcp_score, score
     from spec.realcode.source import SourceError
 
     try:
-        report = score(select=list(select) or None, workers=workers, timeout_ms=int(timeout * 1000))
+        if dcp:
+            report = dcp_score(select=list(select) or None, workers=workers)
+        else:
+            report = score(select=list(select) or None, workers=workers, timeout_ms=int(timeout * 1000))
     except (KeyError, SourceError, BaselineError) as e:
         raise BadInput(str(e).strip("'\"")) from None
     if fmt == "json":
         click.echo(json.dumps(report.to_json(), indent=2))
     else:
+        widest = max(len(_killing_tests(r.shipped_killers)) for r in report.results) if dcp else 0
         width = (
             90
             + max(len(r.mutant.id) for r in report.results)
             + max(len(r.mutant.site) for r in report.results)
+            + widest
         )
-        _print_text(report, Console(highlight=False, width=width))
+        console = Console(highlight=False, width=width)
+        (_print_dcp_text if dcp else _print_text)(report, console)
     survivors = [r for r in report.results if r.survives_generated]
     sys.exit(
         EXIT_VIOLATED

@@ -31,6 +31,26 @@ Operators (each applied at every site of the region where it applies):
 Each mutant's id is ``<function>/<operator>/L<line>.<col>[/<variant>]`` (the
 line and column of the mutated node in the release file), stable for one
 release file; its site is ``<function>:<line>``.
+
+**DCP gate mutants** (:func:`dcp_mutants`, ``mla-spec mutate --dcp``) mutate
+vLLM 0.34.0's DCP routing (rocm_aiter_mla.py 0.34.0 L424-463, L485-506,
+L590-650; the persistent gate L2044-2064):
+
+* the module functions ``_select_dcp_decode_route``, ``_asm_dcp_verify_heads``,
+  ``_asm_dcp_verify_configured``, ``_segmented_dcp_verify_supported``,
+  ``_segmented_mla_fits_lds``, ``_triton_dcp_verify_supported``,
+  ``_asm_causal_verify_unsupported`` and ``_is_row_view_dcp_route``: the whole body;
+* the values of the module constants ``_NATIVE_CPRR_HEADS`` (16, 32, 64, 128)
+  and ``_MIN_CPRR_QLEN`` (3);
+* the persistent gate's DCP term (``not _is_row_view_dcp_route(dcp_route)``):
+  only the gate's mutants that change it.
+
+They take the operators above and, for the shapes of code these gates have:
+``ror`` also swaps ``in``/``not in``; ``flip``, a returned ``True``/``False``
+made the other; ``elem``, one element of a tuple left out (variant ``k``);
+``const`` also on the integers of a constant table; ``route``, a
+``_DCPDecodeRoute`` member replaced by each other member (variant: its name).
+The 0.28.0 set keeps its own operators (its mutants and ids are unchanged).
 """
 
 from __future__ import annotations
@@ -50,6 +70,21 @@ HELPER_FUNCTIONS = ("use_gluon_decode", "use_gluon_verify", "get_mla_padded_q", 
 GATE = "use_persistent_metadata"  # the assignment in _build_decode
 QLEN = "_mtp_decode_qlen"  # the assignment in __init__
 REGIONS = (*HELPER_FUNCTIONS, GATE, QLEN)
+DCP_RELEASE = "0.34.0"
+DCP_FUNCTIONS = (
+    "_select_dcp_decode_route",
+    "_asm_dcp_verify_heads",
+    "_asm_dcp_verify_configured",
+    "_segmented_dcp_verify_supported",
+    "_segmented_mla_fits_lds",
+    "_triton_dcp_verify_supported",
+    "_asm_causal_verify_unsupported",
+    "_is_row_view_dcp_route",
+)
+DCP_CONSTANTS = ("_NATIVE_CPRR_HEADS", "_MIN_CPRR_QLEN")
+DCP_REGIONS = (*DCP_FUNCTIONS, *DCP_CONSTANTS, GATE)
+DCP_ROUTE = "_DCPDecodeRoute"  # the enum whose members the `route` operator swaps
+DCP_TERM = "dcp"  # the persistent gate's mutants in the DCP set are those whose change names it
 # Regions the lifted revision (spec.realcode.revision) does not read: a symbolic
 # EQUIVALENT there says nothing (head padding is the model's; get_mla_padded_q takes tensors).
 NOT_LIFTED = frozenset({"get_mla_padded_q"})
@@ -63,6 +98,8 @@ _ROR = {
     ast.NotEq: ast.Eq,
 }
 _SYMBOL = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
+_DCP_ROR = {**_ROR, ast.In: ast.NotIn, ast.NotIn: ast.In}
+_DCP_SYMBOL = {**_SYMBOL, ast.In: "in", ast.NotIn: "not in"}
 
 
 class MutationError(ValueError):
@@ -72,7 +109,7 @@ class MutationError(ValueError):
 @dataclass(frozen=True)
 class Mutant:
     id: str
-    function: str  # one of REGIONS
+    function: str  # one of REGIONS (DCP_REGIONS for a DCP gate mutant)
     operator: str
     line: int
     description: str
@@ -116,6 +153,42 @@ def _regions(tree: ast.Module) -> list[tuple[str, ast.AST]]:
     return out
 
 
+def _dcp_regions(tree: ast.Module) -> list[tuple[str, ast.AST]]:
+    """The DCP regions of a 0.34.0-era file: module functions, constant values, the persistent gate."""
+    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    constants = {
+        t.id: n.value
+        for n in tree.body
+        if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None
+        for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+        if isinstance(t, ast.Name)
+    }
+    out: list[tuple[str, ast.AST]] = []
+    for name in DCP_FUNCTIONS:
+        if name not in functions:
+            raise MutationError(f"no module function {name}")
+        out.append((name, functions[name]))
+    for name in DCP_CONSTANTS:
+        if name not in constants:
+            raise MutationError(f"no module constant {name}")
+        out.append((name, constants[name]))
+    return out + [r for r in _regions(tree) if r[0] == GATE]
+
+
+def _route_members(tree: ast.Module) -> tuple[str, ...]:
+    """The members of ``_DCPDecodeRoute`` as the file defines them."""
+    for n in tree.body:
+        if isinstance(n, ast.ClassDef) and n.name == DCP_ROUTE:
+            return tuple(
+                t.id
+                for a in n.body
+                if isinstance(a, ast.Assign)
+                for t in a.targets
+                if isinstance(t, ast.Name)
+            )
+    raise MutationError(f"no class {DCP_ROUTE}")
+
+
 def _nodes(root: ast.AST) -> list[ast.expr]:
     """Every expression under ``root`` (itself included), in source order; only expressions are mutated."""
     found = [n for n in ast.walk(root) if isinstance(n, ast.expr)]
@@ -129,16 +202,21 @@ def _end(node: ast.expr) -> tuple[int, int]:
 
 
 def _variants(
-    region: str, root: ast.AST, node: ast.expr, parent: dict[int, ast.AST]
+    region: str,
+    root: ast.AST,
+    node: ast.expr,
+    parent: dict[int, ast.AST],
+    routes: tuple[str, ...] | None = None,
 ) -> Iterator[tuple[str, str | None, ast.expr, str]]:
-    """(operator, variant, mutated node, what) for one node."""
-    if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _ROR:
+    """(operator, variant, mutated node, what) for one node; ``routes``: the DCP set's (module docstring)."""
+    ror, symbol = (_ROR, _SYMBOL) if routes is None else (_DCP_ROR, _DCP_SYMBOL)
+    if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in ror:
         op = type(node.ops[0])
         yield (
             "ror",
             None,
-            ast.Compare(node.left, [_ROR[op]()], node.comparators),
-            f"{_SYMBOL[op]} -> {_SYMBOL[_ROR[op]]}",
+            ast.Compare(node.left, [ror[op]()], node.comparators),
+            f"{symbol[op]} -> {symbol[ror[op]]}",
         )
     if isinstance(node, ast.BoolOp):
         name = "and" if isinstance(node.op, ast.And) else "or"
@@ -167,21 +245,28 @@ def _variants(
             "negate",
             None,
             node.operand,
-            f"`not {ast.unparse(node.operand)}` -> `{ast.unparse(node.operand)}`",
+            f"`{ast.unparse(node)}` -> `{ast.unparse(node.operand)}`",
         )
-    elif condition and not (isinstance(node, ast.Compare) and isinstance(node.ops[0], (ast.Eq, ast.NotEq))):
-        # (negating `a == b` is ror's `a != b`: one mutant, not two)
-        # the gate's whole value starts where its first operand does: "whole" keeps the ids apart
+    elif condition and not (
+        isinstance(node, ast.Compare)
+        and type(node.ops[0]) in ror
+        and isinstance(node.ops[0], (ast.Eq, ast.NotEq, ast.In, ast.NotIn))
+    ):
+        # (negating `a == b` is ror's `a != b`: one mutant, not two; `in` likewise where ror swaps it)
+        # the gate's whole value, or a condition opening with `not x`, starts where its first operand
+        # does: "whole" keeps the ids apart
+        leads_with_not = isinstance(node, ast.BoolOp) and isinstance(node.values[0], ast.UnaryOp)
         yield (
             "negate",
-            "whole" if node is root else None,
+            "whole" if node is root or leads_with_not else None,
             ast.UnaryOp(ast.Not(), node),
             f"negate `{ast.unparse(node)}`",
         )
+    table = routes is not None and region in DCP_CONSTANTS and (node is root or p is root)
     if (
         isinstance(node, ast.Constant)
         and type(node.value) is int
-        and isinstance(p, (ast.Compare, ast.BoolOp))
+        and (isinstance(p, (ast.Compare, ast.BoolOp)) or table)
     ):
         for d in (1, -1):
             yield (
@@ -198,6 +283,40 @@ def _variants(
             ast.Call(ast.Name(other, ast.Load()), node.args, node.keywords),
             f"{node.func.id}(...) -> {other}(...)",
         )
+    if routes is not None:
+        yield from _dcp_variants(node, p, routes)
+
+
+def _dcp_variants(
+    node: ast.expr, p: ast.AST | None, routes: tuple[str, ...]
+) -> Iterator[tuple[str, str | None, ast.expr, str]]:
+    """The DCP set's own operators (``flip``, ``elem``, ``route``) for one node."""
+    if isinstance(p, ast.Return) and isinstance(node, ast.Constant) and type(node.value) is bool:
+        yield "flip", None, ast.Constant(not node.value), f"return {node.value} -> return {not node.value}"
+    if isinstance(node, ast.Tuple) and len(node.elts) >= 2:
+        for k, elt in enumerate(node.elts):
+            rest = node.elts[:k] + node.elts[k + 1 :]
+            yield "elem", str(k), ast.Tuple(rest, ast.Load()), f"drop element {k}: {ast.unparse(elt)}"
+    if (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == DCP_ROUTE
+        and node.attr in routes
+    ):
+        for other in routes:
+            if other != node.attr:
+                new = ast.Attribute(ast.Name(DCP_ROUTE, ast.Load()), other, ast.Load())
+                yield "route", other, new, f"{DCP_ROUTE}.{node.attr} -> {other}"
+
+
+def _changes_dcp_term(root: ast.AST, node: ast.expr, operator: str, variant: str | None) -> bool:
+    """Whether a persistent-gate mutant changes the gate's DCP term (an operand naming ``dcp``)."""
+    if not isinstance(root, ast.BoolOp):
+        return False
+    terms = [v for v in root.values if DCP_TERM in ast.unparse(v)]
+    if operator == "drop" and node is root:
+        return root.values[int(variant or 0)] in terms
+    return any(node is n for t in terms for n in ast.walk(t))
 
 
 def _offsets(text: str) -> list[int]:
@@ -209,16 +328,22 @@ def _offsets(text: str) -> list[int]:
     return starts
 
 
-def generate(text: str) -> list[Mutant]:
-    """Every mutant of a release file's text, in region then source order; each compiles and differs."""
+def generate(text: str, dcp: bool = False) -> list[Mutant]:
+    """Every mutant of a release file's text, in region then source order; each compiles and differs.
+
+    ``dcp``: the DCP gate mutants (module docstring) instead of the 0.28.0 set.
+    """
     tree = ast.parse(text)
     lines = _offsets(text)
     original = text.encode()
     out: list[Mutant] = []
-    for region, root in _regions(tree):
+    routes = _route_members(tree) if dcp else None
+    for region, root in _dcp_regions(tree) if dcp else _regions(tree):
         parent = {id(c): n for n in ast.walk(root) for c in ast.iter_child_nodes(n)}
         for node in _nodes(root):
-            for operator, variant, new, what in _variants(region, root, node, parent):
+            for operator, variant, new, what in _variants(region, root, node, parent, routes):
+                if dcp and region == GATE and not _changes_dcp_term(root, node, operator, variant):
+                    continue
                 end_line, end_col = _end(node)
                 start = lines[node.lineno - 1] + node.col_offset
                 end = lines[end_line - 1] + end_col
@@ -247,6 +372,12 @@ def release_mutants(release: str = RELEASE) -> tuple[str, list[Mutant]]:
     """(the release file's text, its mutants)."""
     text = fetch_release(release).read_text()
     return text, generate(text)
+
+
+def dcp_mutants(release: str = DCP_RELEASE) -> tuple[str, list[Mutant]]:
+    """(the release file's text, its DCP gate mutants)."""
+    text = fetch_release(release).read_text()
+    return text, generate(text, dcp=True)
 
 
 def shadow_tree(release: str, mutated: str, where: Path) -> Path:

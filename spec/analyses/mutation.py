@@ -25,6 +25,16 @@ file), written into a shadow vLLM tree in a scratch directory:
 
 Mutants are independent: they run in a pool of processes (one per core by
 default), each mutant's harness and pytest children inside its worker.
+
+**DCP gate mutants** (:func:`dcp_score`, ``mla-spec mutate --dcp``): the mutants
+of vLLM 0.34.0's DCP routing (:func:`spec.analyses.mutants.dcp_mutants`), each
+run against 0.34.0's shipped tests (the three DCP files and the rest, as
+``mla-spec vllm-tests --vllm 0.34.0`` runs them); every failed or errored item
+kills it.  The generated side is :func:`dcp_generated_killers`, the hook for a
+model revision of 0.34.0 at dcp > 1: until one exists it answers ``None`` and
+the report says ``pending``.  Equivalence is not asked (``NOT_LIFTED``): the
+lifted gates are compared at dcp 1 only, where most of these mutants change
+nothing.
 """
 
 from __future__ import annotations
@@ -39,7 +49,15 @@ from typing import Any
 
 from mla_model.case import Case
 from spec.analyses.cases import generate
-from spec.analyses.mutants import NOT_LIFTED, RELEASE, Mutant, release_mutants, shadow_tree
+from spec.analyses.mutants import (
+    DCP_RELEASE,
+    NOT_LIFTED,
+    RELEASE,
+    Mutant,
+    dcp_mutants,
+    release_mutants,
+    shadow_tree,
+)
 from spec.proof.verdict import DEFAULT_TIMEOUT_MS, UNKNOWN, Verdict
 from spec.realcode.bind import ROUTE_FIELDS
 
@@ -52,9 +70,8 @@ EQUIVALENCE_FIELDS = (*ROUTE_FIELDS, "padded_q_heads")
 @dataclass(frozen=True)
 class MutantResult:
     mutant: Mutant
-    generated_killers: tuple[
-        str, ...
-    ]  # ids of generated cases on which the executed mutant disagrees with the model
+    # ids of generated cases on which the executed mutant disagrees with the model; None: no model to ask
+    generated_killers: tuple[str, ...] | None
     shipped_killers: tuple[str, ...]  # shipped test items that failed or errored on the mutant
     equivalent: bool | Verdict  # True (proved), False, or UNKNOWN
     symbolic: str = (
@@ -67,6 +84,11 @@ class MutantResult:
     @property
     def killed_by_generated(self) -> bool:
         return bool(self.generated_killers)
+
+    @property
+    def generated_pending(self) -> bool:
+        """No model revision covers this mutant's code yet (:func:`dcp_generated_killers`)."""
+        return self.generated_killers is None
 
     @property
     def killed_by_shipped(self) -> bool:
@@ -83,8 +105,8 @@ class MutantResult:
             "site": self.mutant.site,
             "operator": self.mutant.operator,
             "description": self.mutant.description,
-            "killed_by_generated": self.killed_by_generated,
-            "generated_killers": list(self.generated_killers),
+            "killed_by_generated": None if self.generated_pending else self.killed_by_generated,
+            "generated_killers": None if self.generated_killers is None else list(self.generated_killers),
             "killed_by_shipped": self.killed_by_shipped,
             "shipped_killers": list(self.shipped_killers),
             "equivalent": self.equivalent,
@@ -97,11 +119,13 @@ class MutantResult:
 class MutationReport:
     release: str
     results: tuple[MutantResult, ...]
-    generated_cases: int
+    generated_cases: int | None  # None: no model revision to generate cases from (the DCP set, for now)
     shipped_items: int  # items of the shipped tests on the unmutated release (all must pass)
     seconds: float
     workers: int = 1
     baseline: dict[str, Any] = field(default_factory=dict)
+    revision: str | None = REVISION_ID
+    registry: str | None = REGISTRY_ID
 
     def totals(self) -> dict[str, int]:
         r = self.results
@@ -123,13 +147,14 @@ class MutationReport:
                 x.survives_generated and x.equivalent is False for x in r
             ),
             "survive_generated_unknown": sum(x.survives_generated and x.equivalent == UNKNOWN for x in r),
+            "generated_pending": sum(x.generated_pending for x in r),
         }
 
     def to_json(self) -> dict[str, Any]:
         return {
             "release": self.release,
-            "revision": REVISION_ID,
-            "registry": REGISTRY_ID,
+            "revision": self.revision,
+            "registry": self.registry,
             "generated_cases": self.generated_cases,
             "shipped_items": self.shipped_items,
             "seconds": round(self.seconds, 1),
@@ -166,14 +191,19 @@ def _key(shape: dict[str, Any]) -> str:
     return repr(sorted(shape.items()))
 
 
-def _shipped_killers(file: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def _shipped_killers(
+    file: Path, release: str = RELEASE, not_runnable_on_release: frozenset[str] = frozenset()
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Shipped items failing on the mutant; a note per item it leaves not runnable, past the release's."""
     from spec.realcode.shipped_tests import ShippedTestsError, run_shipped_tests
 
     try:
-        r = run_shipped_tests(RELEASE, str(file))
+        r = run_shipped_tests(release, str(file))
     except ShippedTestsError as e:
         return ("<shipped tests>",), (f"shipped tests: {e}",)
-    notes = tuple(f"not runnable: {x['item']}" for x in r["not_runnable"])
+    notes = tuple(
+        f"not runnable: {x['item']}" for x in r["not_runnable"] if x["item"] not in not_runnable_on_release
+    )
     return tuple(x["item"] for x in r["failures"]), notes
 
 
@@ -232,6 +262,24 @@ def _worker(args: tuple) -> MutantResult:
     return run_mutant(*args)
 
 
+def _run_all(worker: Any, jobs: list[tuple], workers: int | None) -> tuple[list[MutantResult], int]:
+    """Every job through ``worker``, side by side in ``workers`` processes (default: one per core)."""
+    workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
+    if workers == 1:
+        return [worker(j) for j in jobs], workers
+    with ProcessPoolExecutor(workers) as pool:
+        return list(pool.map(worker, jobs)), workers
+
+
+def _selected(mutants: list[Mutant], select: list[str] | None) -> list[Mutant]:
+    if select is None:
+        return mutants
+    unknown = set(select) - {m.id for m in mutants}
+    if unknown:
+        raise KeyError(f"no mutant {sorted(unknown)[0]}")
+    return [m for m in mutants if m.id in set(select)]
+
+
 # --- the score --------------------------------------------------------------------------------
 
 
@@ -272,22 +320,82 @@ def score(
     """Every mutant (or those whose id is in ``select``) against our cases and the shipped tests."""
     start = time.perf_counter()
     original, mutants = release_mutants(RELEASE)
-    if select is not None:
-        unknown = set(select) - {m.id for m in mutants}
-        if unknown:
-            raise KeyError(f"no mutant {sorted(unknown)[0]}")
-        mutants = [m for m in mutants if m.id in set(select)]
+    mutants = _selected(mutants, select)
     cases = generated_cases() if cases is None else cases
     base = baseline(cases)
     if base["generated_disagreements"] or base["shipped_failed"]:
         raise BaselineError(f"the unmutated release {RELEASE} fails already: {base}")
-    workers = max(1, min(workers or os.cpu_count() or 1, len(mutants)))
     jobs = [(m, original, cases, timeout_ms, equivalence) for m in mutants]
-    if workers == 1:
-        results = [_worker(j) for j in jobs]
-    else:
-        with ProcessPoolExecutor(workers) as pool:
-            results = list(pool.map(_worker, jobs))
+    results, workers = _run_all(_worker, jobs, workers)
     return MutationReport(
         RELEASE, tuple(results), len(cases), base["shipped_items"], time.perf_counter() - start, workers, base
+    )
+
+
+# --- DCP gate mutants of 0.34.0 ---------------------------------------------------------------
+
+
+def dcp_generated_killers(mutant: Mutant, file: Path, tree: Path) -> tuple[str, ...] | None:
+    """Ids of our generated DCP cases on which ``mutant`` (``file``, in the shadow ``tree``) disagrees
+    with the model; ``None`` while no model revision covers 0.34.0 at dcp > 1.
+
+    The hook for the DCP model (issue 14 item 1).  Once a revision models
+    0.34.0's DCP routes and the generator writes dcp > 1 cases, this runs them
+    through the executed differential as :func:`_generated_killers` does for
+    0.28.0 (the harness simulating the ranks) and returns every disagreeing
+    case's id.  Until then no generated case can kill a DCP mutant, and the
+    report says ``pending`` rather than ``survives``.
+    """
+    return None
+
+
+def dcp_baseline() -> dict[str, Any]:
+    """The unmutated 0.34.0 against its shipped tests: every runnable item must pass."""
+    from spec.realcode.shipped_tests import run_shipped_tests
+
+    s = run_shipped_tests(DCP_RELEASE)
+    return {
+        "shipped_items": s["items"],
+        "shipped_passed": s["passed"],
+        "shipped_failed": s["failed"] + s["errors"],
+        "shipped_skipped": s["skipped"],
+        "shipped_not_runnable": len(s["not_runnable"]),
+        "not_runnable_items": [x["item"] for x in s["not_runnable"]],
+    }
+
+
+def run_dcp_mutant(mutant: Mutant, original: str, not_runnable: frozenset[str]) -> MutantResult:
+    """One DCP mutant against 0.34.0's shipped tests (and the generated hook), in a scratch shadow tree."""
+    with tempfile.TemporaryDirectory(prefix="mla-spec-mutant-") as scratch:
+        tree = Path(scratch) / "tree"
+        file = shadow_tree(DCP_RELEASE, mutant.apply(original.encode()), tree)
+        generated = dcp_generated_killers(mutant, file, tree)
+        shipped, notes = _shipped_killers(file, DCP_RELEASE, not_runnable)
+    return MutantResult(mutant, generated, shipped, UNKNOWN, "NOT_LIFTED", notes)
+
+
+def _dcp_worker(args: tuple) -> MutantResult:
+    return run_dcp_mutant(*args)
+
+
+def dcp_score(select: list[str] | None = None, workers: int | None = None) -> MutationReport:
+    """Every DCP gate mutant of 0.34.0 (or those whose id is in ``select``) against 0.34.0's shipped tests."""
+    start = time.perf_counter()
+    original, mutants = dcp_mutants(DCP_RELEASE)
+    mutants = _selected(mutants, select)
+    base = dcp_baseline()
+    if base["shipped_failed"]:
+        raise BaselineError(f"the unmutated release {DCP_RELEASE} fails already: {base}")
+    not_runnable = frozenset(base["not_runnable_items"])
+    results, workers = _run_all(_dcp_worker, [(m, original, not_runnable) for m in mutants], workers)
+    return MutationReport(
+        DCP_RELEASE,
+        tuple(results),
+        None,
+        base["shipped_items"],
+        time.perf_counter() - start,
+        workers,
+        base,
+        revision=None,
+        registry=None,
     )
