@@ -317,7 +317,9 @@ def _np_choose(values: tuple[str, ...], cases: list[tuple[Any, str]], default: s
 
     Conditions that hold one value everywhere settle first: a false one drops out, a true one ends
     the chain as its ``else`` (later cases are never reached).  The other conditions then overwrite
-    the codes last to first, so the first that holds wins.
+    the codes last to first, so the first that holds wins; each overwrite is the branch-free
+    ``out += cond * (code - out)`` on int8 codes (a masked copy branches per element and is tens of
+    times slower on a mask that is not sorted).
     """
     shape = np.broadcast_shapes(*[np.shape(c) for c, _ in cases])
     live = []
@@ -329,7 +331,9 @@ def _np_choose(values: tuple[str, ...], cases: list[tuple[Any, str]], default: s
             break
     out = np.full(shape, values.index(default), dtype=np.int8)
     for cond, value in reversed(live):
-        np.copyto(out, values.index(value), where=cond)
+        step = np.int8(values.index(value)) - out
+        step *= cond
+        out += step
     return EnumTerm(values, out)
 
 
@@ -426,28 +430,36 @@ def _z3_tuple_in(raw: list[Any], coded: list[tuple[int, ...]]) -> Any:
 def _np_tuple_in(raw: list[Any], coded: list[tuple[int, ...]]) -> Any:
     """Row membership of integer arrays: each row of ``raw`` packed into one index of a dense table.
 
-    A column is range-checked row by row only when its least or greatest value falls outside the
-    table (two reductions, far cheaper than three passes over every row).
+    The index is summed in place, one column at a time, each cast inside the ufunc (a separate
+    ``astype`` costs a new array and a pass per column).  A column is range-checked row by row only when
+    its least or greatest value falls outside the table (two reductions, far cheaper than the pass
+    over every row), and then by one unsigned comparison (a negative value reads as a huge one); a
+    boolean column never is where the table has both values.  Rows out of range look up index 0 and
+    are masked out.
     """
     table = np.array(coded, dtype=np.int64)
     bases = [int(b) for b in table.max(axis=0) + 1]
     size = int(np.prod(bases))  # a small dense table: the product of the bases
     dtype = np.int32 if size < 2**31 else np.int64
-    key: Any = 0
+    key: Any = None
     in_range = []  # only for the columns whose values may leave the table
     mult = 1
     for x, base in zip(raw, bases):
         col = np.asarray(x)
-        if col.size and (col.min() < 0 or col.max() >= base):
-            in_range += [col >= 0, col < base]
-        key = key + col.astype(dtype) * mult
+        if col.size and not (col.dtype == bool and base >= 2) and (col.min() < 0 or col.max() >= base):
+            in_range.append(col.view(f"u{col.itemsize}") < base)
+        term = np.multiply(col, mult, dtype=dtype)
+        if key is not None and key.shape == np.broadcast_shapes(key.shape, term.shape):
+            key += term
+        else:
+            key = term if key is None else key + term
         mult *= base
     present = np.zeros(size, dtype=bool)
     present[table @ np.cumprod([1, *bases[:-1]])] = True
     if not in_range:
         return _settle(present[key])
     ok = all_of(*in_range)
-    return _settle(all_of(ok, present[np.where(ok, key, 0)]))
+    return _settle(all_of(ok, present[key * ok]))
 
 
 def eq(x: Any, value: Any) -> Any:

@@ -4,20 +4,34 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 
-from mla_model.logic import EnumTerm
+from mla_model.logic import EnumTerm, narrow_int_dtype
 from mla_model.shape import FIELDS, Shape
 
 
 def shape_arrays(columns: Mapping[str, np.ndarray]) -> SimpleNamespace:
-    """A view with one attribute per Shape field; enum columns hold value codes."""
-    view = {}
+    """A view with one attribute per Shape field; enum columns hold value codes.
+
+    An integer column whose values all fit takes :func:`~mla_model.logic.narrow_int_dtype`, as the box
+    sweep's columns do (``spec.proof.bruteforce``): every operation of the numpy interpretation then
+    streams half the memory, and the values are the same."""
+    view: dict[str, Any] = {}
     for spec in FIELDS:
         col = columns[spec.name]
-        view[spec.name] = EnumTerm(spec.values, col) if spec.kind == "enum" else col
+        if spec.kind == "enum":
+            view[spec.name] = EnumTerm(spec.values, col)
+        elif spec.kind == "int" and _is_int_array(col) and col.size:
+            view[spec.name] = col.astype(narrow_int_dtype(int(col.min()), int(col.max())), copy=False)
+        else:
+            view[spec.name] = col
     return SimpleNamespace(**view)
+
+
+def _is_int_array(col: np.ndarray) -> bool:
+    return isinstance(col, np.ndarray) and col.dtype.kind == "i"
 
 
 def columns_of(shapes: list[Shape]) -> dict[str, np.ndarray]:
