@@ -28,9 +28,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mla_model.logic import Term, all_of, any_of, choose, eq, iff, not_
-from mla_model.registry import AsmLookup, GluonCheck, Registry, resolved_kernel
-from mla_model.route import KernelRequest
+from mla_model.derived import kernel_kv_dtype
+from mla_model.logic import Term, all_of, any_of, choose, eq, iff, is_in, not_
+from mla_model.registry import AsmLookup, GluonCheck, Registry, resolved_kernel, segmented_mla_fits
+from mla_model.route import LSE_PATHS, KernelRequest
 
 if TYPE_CHECKING:
     from mla_model.decision import Decision
@@ -62,9 +63,10 @@ class AsmCall:
     def key(self) -> str:
         """AITER's lookup key for the request, as asm_mla.cu prints it."""
         a, r = self.lookup, self.request
+        dcp = "".join(f" {name}:1" for name, on in (("lse", a.lse), ("cprr", a.cprr)) if on)
         return (
             f"q_type:{r.q_dtype} kv_type:{r.kv_dtype} gqa:{int(a.gqa)} ps:{int(bool(a.ps))} "
-            f"qseqlen:{int(a.qseqlen)} causal:{int(bool(a.causal))} on {self.arch}"
+            f"qseqlen:{int(a.qseqlen)} causal:{int(bool(a.causal))}{dcp} on {self.arch}"
         )
 
 
@@ -107,9 +109,39 @@ VLLM_RAISES = Failure(
     "vllm",
     ValueError,
     False,
-    lambda d: d.route.vllm_raises,
+    lambda d: all_of(d.route.vllm_raises, not_(d.route.dcp_raises)),
     lambda d: "vLLM raises ValueError: no non-causal fp8 qlen-2 kernel for these heads",
     "vLLM rocm_aiter_mla.py AiterMLAMetadataBuilder._build_decode",
+)
+
+# 0.31.0 L296-298 / 0.34.0 L633-636 (_select_dcp_decode_route); 0.29.0 L1909-1912 (forward_mqa)
+DCP_NO_ROUTE = Failure(
+    "dcp_no_route",
+    "no DCP route for a multi-token step",
+    "vllm",
+    RuntimeError,
+    False,
+    lambda d: d.route.dcp_raises,
+    lambda d: (
+        f"RuntimeError: ROCM_AITER_MLA DCP multi-token verify (qlen {d.shape.max_qo_len}, dcp "
+        f"{d.shape.dcp_world_size}) has no route: segmented MLA, the round-robin asm decode or the gfx942 "
+        "Triton verify is required"
+    ),
+    "vLLM rocm_aiter_mla.py (_select_dcp_decode_route, or forward_mqa before 0.31)",
+)
+
+DCP_NO_LSE = Failure(  # mla_attention.py L1170-1171 (0.34.0): the DCP merge asserts forward_mqa's LSE
+    "dcp_no_lse",
+    "DCP step on a path without LSE",
+    "vllm",
+    AssertionError,
+    False,
+    lambda d: all_of(d.shape.dcp_world_size > 1, not_(is_in(d.route.path, LSE_PATHS))),
+    lambda d: (
+        f"AssertionError: forward_mqa on {d.route.path} returns no LSE, which the DCP merge of "
+        f"{d.shape.dcp_world_size} ranks asserts (assert lse is not None)"
+    ),
+    "vLLM mla_attention.py MLAAttention forward, after forward_mqa (the DCP LSE merge)",
 )
 
 GLUON_UNBUILT = Failure(  # vLLM's loader raises before mla_gluon exists to assert anything
@@ -158,6 +190,20 @@ GLUON_ASSERTS: tuple[Failure, ...] = (
         ),
         "AITER mla_gluon (aiter/ops/triton/gluon/mla_gluon.py)",
     ),
+)
+
+SEGMENTED_LDS = Failure(  # vLLM 0.33.0 L307-321 explains why it added _segmented_mla_fits_lds (sources §60)
+    "segmented_lds",
+    "segmented MLA exceeds gfx942 LDS",
+    "segmented",
+    RuntimeError,
+    False,
+    lambda d: not_(segmented_mla_fits(d.shape.arch, kernel_kv_dtype(d.shape), d.route.decode_heads)),
+    lambda d: (
+        f"Triton OutOfResources compiling AITER's segmented MLA for {d.route.decode_heads} fp8 heads on "
+        f"{d.shape.arch}: it needs 128 KiB of LDS, 64 KiB exist"
+    ),
+    "AITER aiter/ops/triton/attention/mla.py mla_decode_fwd (segmented MLA, compiled at its first call)",
 )
 
 HEAD_PADDING = Failure(
@@ -219,7 +265,15 @@ ASM_FAILURES: tuple[Failure, ...] = (
 )
 
 GLUON_FAILURES: tuple[Failure, ...] = (GLUON_UNBUILT, *GLUON_ASSERTS)  # what stops a step on a Gluon path
-FAILURES: tuple[Failure, ...] = (VLLM_RAISES, *GLUON_FAILURES, HEAD_PADDING, *ASM_FAILURES)
+FAILURES: tuple[Failure, ...] = (
+    VLLM_RAISES,
+    DCP_NO_ROUTE,
+    *GLUON_FAILURES,
+    DCP_NO_LSE,
+    SEGMENTED_LDS,
+    HEAD_PADDING,
+    *ASM_FAILURES,
+)
 FAILURE_BY_KIND = {f.kind: f for f in FAILURES}
 KINDS: tuple[str, ...] = (NONE, *FAILURE_BY_KIND)
 # conform reads a refusal as NO_KERNEL: AITER turns the request down.  vLLM raising (or its loader failing, or
@@ -232,7 +286,10 @@ def _conditions(d: Decision) -> list[tuple[Failure, Any, Term]]:
     gluon, asm = d.gluon_call, d.asm_call
     return [
         (VLLM_RAISES, d, VLLM_RAISES.fails(d)),
+        (DCP_NO_ROUTE, d, DCP_NO_ROUTE.fails(d)),
         *[(f, gluon, all_of(d.on_gluon, f.fails(gluon))) for f in GLUON_FAILURES],
+        (DCP_NO_LSE, d, DCP_NO_LSE.fails(d)),
+        (SEGMENTED_LDS, d, all_of(eq(d.route.path, "segmented_dcp_verify"), SEGMENTED_LDS.fails(d))),
         (HEAD_PADDING, d, all_of(d.on_asm, HEAD_PADDING.fails(d))),
         *[(f, asm, all_of(d.on_asm, f.fails(asm))) for f in ASM_FAILURES],
     ]

@@ -25,6 +25,7 @@ from mla_model.logic import (
     eq,
     if_then_else,
     is_in,
+    ne,
     not_,
     product,
     product_in,
@@ -180,6 +181,8 @@ class AsmLookup:
     ps: Term  # ps' looked up in the table
     causal: Term  # causal' looked up in the table
     row_found: Term  # some row of the arch's table has that key
+    lse: Term = False  # lse' looked up: vLLM asked for the LSE and the call is persistent
+    cprr: Term = False  # cprr' looked up: vLLM passed g_kv_indptr
 
     @property
     def kernel_ok(self) -> Term:
@@ -213,8 +216,11 @@ def asm_lookup(reg: Registry, arch: Term, req: KernelRequest, num_reqs: Term) ->
     fp8 = all_of(eq(q, "fp8"), eq(kv, "fp8"))
     bf16_q_fp8_kv = all_of(eq(q, "bf16"), eq(kv, "fp8"))
 
-    # sources §31: _use_persistent_mla_decode drops vLLM's metadata for big bf16 batches on gfx950.
-    dropped = all_of(req.persistent, gfx950, bf16, m == 16, Q == 1, num_reqs >= reg.persistent_max_batch)
+    # sources §31: _use_persistent_mla_decode drops vLLM's metadata for big bf16 batches on gfx950; not when
+    # the caller passes num_kv_splits, as vLLM's CPRR route does (aiter/mla.py v0.1.20 L585-588; sources §60).
+    dropped = all_of(
+        req.persistent, not_(req.cprr), gfx950, bf16, m == 16, Q == 1, num_reqs >= reg.persistent_max_batch
+    )
     ps = all_of(req.persistent, not_(dropped))
 
     # sources §32: non-persistent fp8 indexes get_block_n_fp8[m * Q'].
@@ -284,14 +290,14 @@ def asm_lookup(reg: Registry, arch: Term, req: KernelRequest, num_reqs: Term) ->
 
     # sources §36: causal' is hard-coded 0 before 0.1.20; later the caller's, forced 1 at qlen 1.
     causal_key = any_of(req.causal, Q == 1) if reg.lookup_takes_causal else False
-
-    # vLLM never passes an LSE buffer or g_kv_indptr on these paths.
+    # sources §60: asm_mla.cu's lse' is "an LSE buffer and persistent" (the non-persistent path reduces the
+    # LSE in Python); cprr' is "g_kv_indptr passed".  vLLM asks for both only under DCP.
+    lse_key = all_of(req.lse, ps)
     row_found = tuple_in(
-        (arch, q, kv, gqa_key, ps_norm, qs_key, causal_key),
+        (arch, q, kv, gqa_key, ps_norm, qs_key, causal_key, lse_key, req.cprr),
         [
-            (r.arch, r.q, r.kv, r.gqa, bool(r.ps), r.qseqlen, bool(r.causal))
+            (r.arch, r.q, r.kv, r.gqa, bool(r.ps), r.qseqlen, bool(r.causal), bool(r.lse), bool(r.cprr))
             for r in reg.kernels
-            if r.lse == 0 and r.cprr == 0
         ],
     )
     return AsmLookup(
@@ -305,16 +311,15 @@ def asm_lookup(reg: Registry, arch: Term, req: KernelRequest, num_reqs: Term) ->
         ps=ps_norm,
         causal=causal_key,
         row_found=row_found,
+        lse=lse_key,
+        cprr=req.cprr,
     )
 
 
 def _reachable_rows(reg: Registry) -> list[KernelRow]:
-    """Kernel-table rows vLLM can ask for: no LSE buffer, no CPRR, dtypes a request carries (not byte KV)."""
-    return [
-        r
-        for r in reg.kernels
-        if r.lse == 0 and r.cprr == 0 and r.arch in ARCHS and r.q in Q_DTYPES and r.kv in KERNEL_KV_DTYPES
-    ]
+    """Kernel-table rows vLLM can ask for: dtypes a request carries (not byte KV), with or without the LSE
+    and the round-robin kernels that DCP asks for."""
+    return [r for r in reg.kernels if r.arch in ARCHS and r.q in Q_DTYPES and r.kv in KERNEL_KV_DTYPES]
 
 
 def kernel_names(reg: Registry) -> tuple[str, ...]:
@@ -332,6 +337,8 @@ def _row_matches(r: KernelRow, arch: Term, req: KernelRequest, lookup: AsmLookup
         lookup.ps == bool(r.ps),
         lookup.qseqlen == r.qseqlen,
         lookup.causal == bool(r.causal),
+        lookup.lse == bool(r.lse),
+        lookup.cprr == bool(r.cprr),
     )
 
 
@@ -348,7 +355,7 @@ def _first_rows_named(reg: Registry, name: str) -> list[KernelRow]:
     """The reachable rows named ``name`` that no earlier reachable row shadows (same lookup key)."""
     seen, out = set(), []
     for r in _reachable_rows(reg):
-        key = (r.arch, r.q, r.kv, r.gqa, bool(r.ps), r.qseqlen, bool(r.causal))
+        key = (r.arch, r.q, r.kv, r.gqa, bool(r.ps), r.qseqlen, bool(r.causal), bool(r.lse), bool(r.cprr))
         if key not in seen and r.name == name:
             out.append(r)
         seen.add(key)
@@ -361,6 +368,21 @@ def resolves_to(reg: Registry, arch: Term, req: KernelRequest, lookup: AsmLookup
     exactly when one of its rows that no earlier row shadows matches.  A few rows instead of the whole
     table: known-wrong and V-dropping kernels are matched this way."""
     return any_of(*[_row_matches(r, arch, req, lookup) for r in _first_rows_named(reg, name)])
+
+
+# --- the segmented MLA path (DCP verify) ---------------------------------------------
+
+
+# AITER's segmented MLA decode (the DCP verify kernel) on gfx942's 64 KiB LDS: its query block widens to 128
+# heads past 64 fp8 heads, and bf16 at a 128-token tile needs 128 KiB (vLLM 0.33.0 rocm_aiter_mla.py L307-321,
+# _segmented_mla_fits_lds, from vLLM's own measurement; sources §60).  bf16 tiles below 128 are the modelled
+# scope (mla_model.revisions.dcp_era).
+SEGMENTED_MLA_GFX942_FP8_MAX_HEADS = 64
+
+
+def segmented_mla_fits(arch: Term, kv_dtype: Term, heads: Term) -> Term:
+    """AITER's segmented MLA compiles for these DCP-gathered heads on this arch."""
+    return any_of(ne(arch, "gfx942"), ne(kv_dtype, "fp8"), heads <= SEGMENTED_MLA_GFX942_FP8_MAX_HEADS)
 
 
 # --- the Gluon path ---------------------------------------------------------------------

@@ -18,11 +18,20 @@ PATHS = (
     "gluon_decode",  # AITER Gluon kernel, one query token (use_gluon_decode)
     "gluon_verify",  # AITER Gluon kernel, multi-token verify (use_gluon_verify)
     "triton_verify",  # vLLM >= 0.34 CDNA3 causal verify on a Triton kernel
+    "triton_dcp_verify",  # vLLM >= 0.33 DCP causal verify on gfx942, vLLM's split-KV Triton decode (row view)
+    "segmented_dcp_verify",  # vLLM >= 0.29 DCP causal verify on AITER's segmented Triton MLA (row view)
     "asm_persistent",  # AITER ASM kernel with vLLM's persistent work metadata
     "asm_nonpersistent",  # AITER ASM kernel, AITER computes its own split metadata
 )
 GLUON_PATHS = ("gluon_decode", "gluon_verify")
 ASM_PATHS = ("asm_persistent", "asm_nonpersistent")
+# The paths whose forward_mqa returns the softmax LSE the DCP merge needs: the ASM call with return_lse and
+# the two row-view DCP verifies (vLLM 0.34.0 L3226-3336, L3680); Gluon and the non-DCP Triton verify return
+# None.
+LSE_PATHS = ("triton_dcp_verify", "segmented_dcp_verify", *ASM_PATHS)
+
+# vLLM's _DCPDecodeRoute (0.31.0 on; 0.29/0.30 have only the segmented flag): a step's DCP decode route.
+DCP_ROUTES = ("plain", "segmented", "cprr", "triton")
 
 # How get_mla_padded_q brings the query to the kernel's head count.
 HEAD_PADDINGS = ("none", "repeat_interleave", "tile")
@@ -38,6 +47,8 @@ class KernelRequest:
     kernel_qlen: Term  # Q': max_seqlen_q passed to AITER
     persistent: Term  # vLLM passes work metadata (use_persistent_metadata)
     causal: Term  # the causal flag AITER sees (True where vLLM does not pass one)
+    lse: Term = False  # vLLM asks for the LSE (return_lse=True: every ASM call under DCP)
+    cprr: Term = False  # vLLM passes g_kv_indptr: AITER's round-robin context-parallel kernel (CPRR route)
 
 
 @dataclass(frozen=True)
@@ -61,6 +72,10 @@ class Route:
     # vLLM multiplies the ASM output by the cache's k_scale after the kernel (0.34.0's fp8_v_scale_fix):
     # right where the kernel left V unscaled, a second scaling where it did not (sources §57).
     v_scale_fix: Term = False
+    dcp_route: Term = "plain"  # one of DCP_ROUTES
+    # vLLM raises while building the metadata builder (0.33.0+: DCP verify with no cprr head count and no
+    # segmented MLA) or picking the DCP route (no route serves a DCP multi-token step)
+    dcp_raises: Term = False
 
     def to_json(self) -> dict[str, Any]:
         """The route of one concrete Shape as JSON-ready plain values."""

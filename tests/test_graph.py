@@ -48,10 +48,14 @@ def _reachable(g, n: str) -> bool:
 
 def test_what_a_user_notices_in_each_revision():
     old, fixed, new = (_graph(r) for r in ("vllm-0.27", "vllm-0.28", "vllm-0.34"))
+    dcp_paths = ("triton_dcp_verify", "segmented_dcp_verify")
     for g in (old, fixed, new):
-        assert all(_reachable(g, p) for p in PATHS if p != "triton_verify")
+        assert all(_reachable(g, p) for p in PATHS if p not in ("triton_verify", *dcp_paths))
     assert not _reachable(old, "triton_verify") and not _reachable(fixed, "triton_verify")
     assert _reachable(new, "triton_verify") and _reachable(new, TRITON)
+    # DCP verify routes exist from 0.29 on; before, vLLM refuses DCP with this backend.
+    assert not any(_reachable(g, p) for g in (old, fixed) for p in dcp_paths)
+    assert all(_reachable(new, p) for p in dcp_paths)
     # #51011's first fault: fp8 reaches Gluon in 0.27, never after.
     assert _reachable(old, GLUON_FP8) and not _reachable(fixed, GLUON_FP8) and not _reachable(new, GLUON_FP8)
     assert old.edges["use_gluon_decode", "gluon_decode"]["condition"] == "heads<16 ∧ qlen==1"

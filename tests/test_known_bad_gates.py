@@ -20,6 +20,8 @@ from spec.proof.invariants import INVARIANT_BY_ID, INVARIANTS
 from spec.proof.prover import PROVED, VIOLATED, check
 
 _verify_028 = vllm_028.use_gluon_verify
+_verify_dcp = dcp_era.use_gluon_verify
+_dcp_route = dcp_era.dcp_route
 
 # invariant -> (module, attribute, replacement[, the revision's module when the gate lives in a shared
 # module]): the one-line edit that breaks it
@@ -78,7 +80,28 @@ KNOWN_BAD = {
         "use_gluon_verify",  # 0.27 sends small-head verify to ASM
         lambda h, q: False,
     ),
+    # DCP (0.34): each already violated where the bundled tables lack LSE kernels or Gluon decode ignores DCP
+    "dcp-lse-kernel": (dcp_era, "_asm_dcp_verify_heads", lambda h: h, vllm_034),  # cprr heads not padded
+    "dcp-returns-lse": (  # Gluon verify forgets its dcp_world_size <= 1 test
+        dcp_era,
+        "use_gluon_verify",
+        lambda f, h, q, dt, dcp, causal, kv, s: _verify_dcp(f, h, q, dt, 1, causal, kv, s),
+        vllm_034,
+    ),
+    "dcp-verify-routed": (dcp_era, "AITER_HAS_SEGMENTED_MLA", False, vllm_034),  # no segmented MLA: qlen 2
+    "dcp-causal-window": (dcp_era, "dcp_route", lambda f, s, c, causal: ("plain", False), vllm_034),
+    "dcp-verify-supported": (dcp_era, "_segmented_mla_fits_lds", lambda s, h: True, vllm_034),  # 0.31's gate
+    "non-causal-not-causal-only": (  # the DCP route ignores the block's causality
+        dcp_era,
+        "dcp_route",
+        lambda f, s, c, causal: _dcp_route(f, s, c, True),
+        vllm_034,
+    ),
 }
+
+
+# Non-causal blocks are in scope only where AITER's lookup takes causal= (aiter 0.1.20 on).
+KNOWN_BAD_REGISTRY = {"non-causal-not-causal-only": "aiter-0.1.20"}
 
 
 def test_every_invariant_has_a_known_bad_gate():
@@ -90,7 +113,8 @@ def test_known_bad_gate_is_violated(invariant_id, monkeypatch):
     module, attribute, replacement, *owner = KNOWN_BAD[invariant_id]
     monkeypatch.setattr(module, attribute, replacement)
     bad = dataclasses.replace((owner or [module])[0].REVISION, id=f"known-bad:{invariant_id}")
-    result = check(bad, "aiter-0.1.19", INVARIANT_BY_ID[invariant_id], max_classes=2)
+    registry = KNOWN_BAD_REGISTRY.get(invariant_id, "aiter-0.1.19")
+    result = check(bad, registry, INVARIANT_BY_ID[invariant_id], max_classes=2)
     assert result.verdict == VIOLATED, invariant_id
 
 

@@ -60,6 +60,19 @@ def causal_only(reg: Registry) -> list[Rule]:
     return [("causal decode only (non-causal blocks arrive in vLLM 0.30)", lambda s: s.causal)]
 
 
+def no_dcp(reg: Registry) -> list[Rule]:
+    """Before vLLM 0.29 AiterMLAImpl returns no decode LSE (no ``can_return_lse_for_decode``), and vLLM
+    refuses DCP with such a backend when the engine starts (vllm/v1/worker/cp_utils.py L45-51 in 0.27.1 and
+    0.28.0: "DCP requires attention implementations to return the softmax LSE during decode")."""
+    return [
+        (
+            "dcp_world_size == 1 (vLLM refuses DCP at startup: no decode LSE from this backend before 0.29)",
+            lambda s: s.dcp_world_size == 1,
+        ),
+        *causal_only(reg),
+    ]
+
+
 def divides_16(h: Term) -> Term:
     """``16 % h == 0`` for ``h >= 1``, written as membership (exact, and linear for z3)."""
     return is_in(h, (1, 2, 4, 8, 16))
@@ -93,7 +106,9 @@ def padding_of(h: Term, m: Term, divisor: Term) -> Term:
     return choose(HEAD_PADDINGS, [(h == m, "none"), (divisor, "repeat_interleave")], "tile")
 
 
-def asm_request(s: Any, m: Term, persistent: Term, causal: Term) -> KernelRequest:
+def asm_request(
+    s: Any, m: Term, persistent: Term, causal: Term, lse: Term = False, cprr: Term = False
+) -> KernelRequest:
     return KernelRequest(
         q_dtype=s.q_dtype,
         kv_dtype=kernel_kv_dtype(s),
@@ -101,17 +116,24 @@ def asm_request(s: Any, m: Term, persistent: Term, causal: Term) -> KernelReques
         kernel_qlen=s.max_qo_len,
         persistent=persistent,
         causal=causal,
+        lse=lse,
+        cprr=cprr,
     )
 
 
-def forward_path(gd: Term, gv: Term, persistent: Term, triton_verify: Term = False) -> Term:
-    """forward_mqa's order: Gluon decode, Gluon verify, [Triton verify], else ASM."""
+def forward_path(
+    gd: Term, gv: Term, persistent: Term, triton_verify: Term = False, dcp_route: Term = "plain"
+) -> Term:
+    """forward_mqa's order: Gluon decode, Gluon verify, [Triton verify], [the row-view DCP verifies:
+    TRITON, SEGMENTED], else ASM (0.34.0 L3436-3600)."""
     return choose(
         PATHS,
         [
             (gd, "gluon_decode"),
             (gv, "gluon_verify"),
             (triton_verify, "triton_verify"),
+            (eq(dcp_route, "triton"), "triton_dcp_verify"),
+            (eq(dcp_route, "segmented"), "segmented_dcp_verify"),
             (persistent, "asm_persistent"),
         ],
         "asm_nonpersistent",
@@ -140,6 +162,10 @@ def compose_route(
     vllm_raises: Term = False,
     builder_gv: Term = None,
     v_scale_fix: Any = None,
+    dcp_route: Term = "plain",
+    dcp_raises: Term = False,
+    lse: Term = False,
+    cprr: Term = False,
 ) -> Route:
     """A revision's gates composed into its Route: the builder's persistent gate ``wants and 1 <= qlen <=
     _mtp_decode_qlen``, forward_mqa's order of tests, and Gluon handed kv_scale=1.0 (every revision).
@@ -147,7 +173,7 @@ def compose_route(
     qlen = s.max_qo_len
     persistent = all_of(wants, qlen >= 1, qlen <= mtp_decode_qlen)
     return Route(
-        path=forward_path(gd, gv, persistent, triton_verify=triton_verify),
+        path=forward_path(gd, gv, persistent, triton_verify=triton_verify, dcp_route=dcp_route),
         use_gluon_decode=gd,
         use_gluon_verify=gv,
         use_persistent_metadata=persistent,
@@ -156,12 +182,14 @@ def compose_route(
         decode_heads=decode_heads,
         head_padding=head_padding,
         padded_q_heads=padded_q_heads,
-        request=asm_request(s, m, persistent, causal=causal),
+        request=asm_request(s, m, persistent, causal=causal, lse=lse, cprr=cprr),
         gluon_batch_is_one=gluon_batch_is_one,
         kv_scale_passed=False,  # both Gluon calls pass kv_scale=1.0
         vllm_raises=vllm_raises,
         builder_use_gluon_verify=builder_gv,
         v_scale_fix=False if v_scale_fix is None else v_scale_fix(persistent),
+        dcp_route=dcp_route,
+        dcp_raises=dcp_raises,
     )
 
 
@@ -207,7 +235,7 @@ def pre_dcp_revision(id: str, title: str, source: str, route: Callable[[Any, Reg
         route=route,
         reorder_batch_threshold=reorder_batch_threshold,
         is_valid_num_heads=is_valid_num_heads_pre_029,
-        scope=causal_only,
+        scope=no_dcp,
         gates={
             "is_valid_num_heads": is_valid_num_heads_pre_029,
             "get_actual_mla_num_heads": get_actual_mla_num_heads_pre_029,

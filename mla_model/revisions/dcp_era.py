@@ -8,8 +8,23 @@ and set by each family's module (``vllm_029.py`` ... ``vllm_034.py``).  Each
 family was checked against its releases' real decode path, executed
 (``mla-spec bind --vllm X``; docs/fidelity.md).
 
-Scope: ``dcp_world_size == 1`` (the DCP routes are modelled in a later
-revision of these files).
+Decode context parallelism (every dcp_world_size in 1, 2, 4, 8): each rank holds
+a round-robin shard of the KV cache and decodes all DCP-gathered heads; the MLA
+layer merges the ranks' outputs by their LSE (vLLM 0.34.0 rocm_aiter_mla.py
+L560-589, mla_attention.py L1170-1171 ``assert lse is not None``).  A batch
+takes one DCP route (:data:`mla_model.route.DCP_ROUTES`): PLAIN for one token or
+a non-causal block, CPRR (AITER's round-robin ASM kernel, gfx950, 0.33.0 on),
+TRITON (vLLM's split-KV Triton verify, gfx942, 0.33.0 on) or SEGMENTED
+(AITER's segmented Triton MLA); 0.29/0.30 have only the segmented flag and
+raise for any other DCP multi-token step.  See :func:`dcp_route`.
+
+Modelled scope, assumptions outside the Shape (docs/explanation/scope.md):
+``cp_kv_cache_interleave_size`` 1 (vLLM's default; every DCP verify route needs
+it), ``VLLM_ROCM_AITER_MLA_DCP_VERIFY`` at its default ``segmented`` (0.31/0.32),
+a KV block size that is not a multiple of 128 (vLLM's default 16; segmented
+MLA's LDS check, 0.33.0 on), and an AITER build with segmented MLA decode (every
+pinned AITER from v0.1.19 has ``aiter/ops/triton/attention/mla.py``
+``mla_decode_fwd``; sources §60).
 """
 
 from __future__ import annotations
@@ -19,8 +34,20 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from mla_model.derived import dcp_decode_heads, is_quantized_kv_cache, parallel_drafting
-from mla_model.logic import Term, all_of, any_of, ceil_to_multiple, eq, if_then_else, implies, is_in, ne, not_
+from mla_model.derived import dcp_decode_heads, is_quantized_kv_cache, parallel_drafting, spec_configured
+from mla_model.logic import (
+    Term,
+    all_of,
+    any_of,
+    ceil_to_multiple,
+    choose,
+    eq,
+    if_then_else,
+    implies,
+    is_in,
+    ne,
+    not_,
+)
 from mla_model.registry import Registry, probe_drops_v_scale
 from mla_model.revisions import vllm_028
 from mla_model.revisions.base import (
@@ -33,12 +60,21 @@ from mla_model.revisions.base import (
     on_gfx950,
     padding_of,
 )
-from mla_model.route import Route
+from mla_model.route import DCP_ROUTES, Route
 
 _AITER_MAX_PADDED_MLA_HEADS = 128
 _GLUON_MAX_KV_CACHE_BYTES = 1 << 31
 # Padded head counts with a non-causal fp8 qlen-2 fold in AITER (0.30.0 L1350, 0.34.0 L2414).
 _AITER_FP8_NON_CAUSAL_QLEN2_HEADS = (32, 64, 96, 128)
+# The head counts AITER builds round-robin (cprr) kernels for, and the least query length the CPRR route
+# takes (0.31.0 L262-263, 0.34.0 L590-591).
+_NATIVE_CPRR_HEADS = (16, 32, 64, 128)
+_MIN_CPRR_QLEN = 3
+_SEGMENTED_FP8_MAX_HEADS_GFX942 = 64  # _segmented_mla_fits_lds's bound (0.33.0 L319)
+# Every AITER the releases pin (v0.1.19 on) exposes the segmented MLA decode the DCP verify loads
+# (aiter/ops/triton/attention/mla.py ``mla_decode_fwd``; vLLM 0.29.0 L176-186
+# ``_segmented_mla_decode_supported``).
+AITER_HAS_SEGMENTED_MLA = True
 
 
 @dataclass(frozen=True)
@@ -51,7 +87,10 @@ class Features:
     kv_bound: bool  # 0.31.0+: Gluon refused above _GLUON_MAX_KV_CACHE_BYTES per layer
     triton_verify: bool  # 0.34.0: CDNA3 causal verify past qlen 4 on vLLM's Triton kernel
     v_scale_fix: bool  # 0.34.0: the ASM output rescaled by k_scale where a probe finds V left unscaled
-    reorder_batch_threshold: Callable[[Any], Term]
+    reorder_batch_threshold: Callable[..., Term]  # (shape, supports_dcp_with_varlen) -> threshold
+    dcp_route_enum: bool = False  # 0.31.0+: _select_dcp_decode_route (PLAIN/SEGMENTED/CPRR[/TRITON])
+    dcp_row_view: bool = False  # 0.33.0+: TRITON route on gfx942, _segmented_mla_fits_lds, cprr by default
+    non_causal_dcp: bool = False  # 0.31.0+: supports_non_causal_multi_token_dcp (non-causal drafts, DCP)
 
 
 def is_valid_num_heads(num_heads: Term) -> Term:
@@ -135,18 +174,127 @@ def fp8_v_scale_fix(s: Any, reg: Registry, m: Term, fp8: Term, persistent: Term)
     )
 
 
+def _asm_dcp_verify_heads(decode_num_heads: Term) -> Term:
+    """0.31.0 L270-278: the least native cprr head count >= the gathered heads, 0 past 128."""
+    return lookup_least(decode_num_heads, _NATIVE_CPRR_HEADS)
+
+
+def lookup_least(h: Term, natives: tuple[int, ...]) -> Term:
+    value: Term = 0
+    for n in reversed(natives):
+        value = if_then_else(h <= n, n, value)
+    return value
+
+
+def _segmented_mla_fits_lds(s: Any, decode_heads: Term) -> Term:
+    """0.33.0 L307-321, 0.34.0 L436-449: ``not on_gfx942() or (num_heads <= 64 if fp8_kv else
+    _segmented_mla_page_size(block_size) < 128)``; the block size is in scope below 128 (module docstring)."""
+    return any_of(
+        ne(s.arch, "gfx942"),
+        not_(is_quantized_kv_cache(s.kv_cache_dtype)),
+        decode_heads <= _SEGMENTED_FP8_MAX_HEADS_GFX942,
+    )
+
+
+@dataclass(frozen=True)
+class DCPConfig:
+    """What the builder's ``__init__`` decides about DCP for one deployment (0.29.0 L396-402, 0.31.0
+    L600-640, 0.34.0 L1035-1106)."""
+
+    supports_segmented: Term  # _segmented_dcp_verify_supported (and, 0.33.0+, it fits LDS)
+    supports_triton: Term  # 0.33.0+: self._use_triton_dcp_verify (gfx942, segmented does not fit)
+    asm_selected: Term  # self._asm_dcp_verify: cprr configured and a native head count serves
+    cprr_heads: Term  # self._asm_dcp_verify_heads
+    supports_dcp_with_varlen: Term  # what the common builder reads to keep the threshold above 1
+    init_raises: Term  # ValueError in __init__ (no cprr heads and no segmented MLA; DSpark unsupported)
+
+
+def dcp_config(f: Features, s: Any, heads: Term) -> DCPConfig:
+    dcp = s.dcp_world_size > 1
+    segmented_cfg = all_of(dcp, AITER_HAS_SEGMENTED_MLA)
+    if not f.dcp_route_enum:  # 0.29, 0.30: segmented MLA or nothing
+        supports_segmented, supports_triton, asm_cfg = segmented_cfg, False, False
+    else:
+        # 0.31/0.32 reach cprr only with VLLM_ROCM_AITER_MLA_DCP_VERIFY=asm (default segmented: in scope)
+        asm_cfg = all_of(dcp, spec_configured(s), eq(s.arch, "gfx950")) if f.dcp_row_view else False
+        supports_segmented = (
+            all_of(segmented_cfg, _segmented_mla_fits_lds(s, heads)) if f.dcp_row_view else segmented_cfg
+        )
+        supports_triton = (
+            all_of(dcp, eq(s.arch, "gfx942"), not_(supports_segmented)) if f.dcp_row_view else False
+        )
+    cprr_heads = _asm_dcp_verify_heads(heads)
+    asm_selected = all_of(asm_cfg, cprr_heads != 0)
+    triton_cfg = all_of(dcp, eq(s.arch, "gfx942")) if f.dcp_row_view else False
+    varlen = any_of(segmented_cfg, asm_cfg, triton_cfg)
+    # mla_attention.py _validate_dspark_dcp_support (0.29.0 L2132-2155): a causal DSpark target under DCP
+    # needs supports_dcp_with_varlen (the non-causal draft is scoped out where it is unsupported).
+    dspark_unsupported = all_of(dcp, eq(s.spec_method, "dspark"), s.causal, not_(varlen))
+    no_cprr_kernel = all_of(asm_cfg, cprr_heads == 0, not_(segmented_cfg))
+    return DCPConfig(
+        supports_segmented=supports_segmented,
+        supports_triton=supports_triton,
+        asm_selected=asm_selected,
+        cprr_heads=cprr_heads,
+        supports_dcp_with_varlen=varlen,
+        init_raises=any_of(dspark_unsupported, no_cprr_kernel),
+    )
+
+
+def dcp_route(f: Features, s: Any, c: DCPConfig, causal: Term) -> tuple[Term, Term]:
+    """The step's DCP route and whether choosing it raises (``_select_dcp_decode_route``, 0.31.0 L282-298,
+    0.34.0 L616-636; 0.29/0.30: ``use_segmented_dcp_verify = supports and qlen > 1`` L968, whatever the
+    block's causality, and forward_mqa's RuntimeError for any other DCP multi-token step, 0.29.0 L1909)."""
+    qlen = s.max_qo_len
+    dcp = s.dcp_world_size > 1
+    if not f.dcp_route_enum:
+        segmented = all_of(c.supports_segmented, qlen > 1)
+        route = choose(DCP_ROUTES, [(segmented, "segmented")], "plain")
+        return route, all_of(dcp, qlen > 1, not_(segmented))
+    multi = all_of(dcp, causal, qlen > 1)
+    route = choose(
+        DCP_ROUTES,
+        [
+            (all_of(multi, c.asm_selected, qlen >= _MIN_CPRR_QLEN), "cprr"),
+            (all_of(multi, c.supports_triton), "triton"),
+            (all_of(multi, c.supports_segmented), "segmented"),
+        ],
+        "plain",
+    )
+    no_route = all_of(
+        multi,
+        not_(all_of(c.asm_selected, qlen >= _MIN_CPRR_QLEN)),
+        not_(c.supports_triton),
+        not_(c.supports_segmented),
+    )
+    return route, no_route
+
+
+def _divides_cprr_heads(h: Term, m: Term) -> Term:
+    """``m % h == 0`` for a native cprr head count ``m`` (get_mla_padded_q with target_heads, 0.34.0
+    L2510-2530), as membership: exact and linear."""
+    return any_of(
+        *[all_of(m == n, is_in(h, [d for d in range(1, n + 1) if n % d == 0])) for n in _NATIVE_CPRR_HEADS]
+    )
+
+
 def route(f: Features, s: Any, reg: Registry) -> Route:
     heads = dcp_decode_heads(s)  # self._decode_num_heads
     qlen, dtype = s.max_qo_len, s.kv_cache_dtype
     causal = s.causal if f.causal else True
     fp8 = is_quantized_kv_cache(dtype)
-    m = get_actual_mla_num_heads(heads, reg)
-    mtp_decode_qlen = f.reorder_batch_threshold(s)  # self.reorder_batch_threshold or 1
+    dcp = s.dcp_world_size > 1
+    m_plain = get_actual_mla_num_heads(heads, reg)
+    c = dcp_config(f, s, heads)
+    mtp_decode_qlen = threshold(f, s)  # self.reorder_batch_threshold or 1
     gd = use_gluon_decode(f, heads, qlen, dtype, s.kv_cache_bytes, s)
     gv = use_gluon_verify(f, heads, qlen, dtype, s.dcp_world_size, causal, s.kv_cache_bytes, s)
+    droute, no_route = dcp_route(f, s, c, causal)
+    row_view = is_in(droute, ("segmented", "triton"))
+    cprr = eq(droute, "cprr")
     use_triton_verify = (
         all_of(
-            _asm_causal_verify_unsupported(mtp_decode_qlen, dtype, s.dcp_world_size, m, s),
+            _asm_causal_verify_unsupported(mtp_decode_qlen, dtype, s.dcp_world_size, m_plain, s),
             causal,
             not_(gv),
             qlen > 4,
@@ -154,17 +302,24 @@ def route(f: Features, s: Any, reg: Registry) -> Route:
         if f.triton_verify
         else False
     )
-    wants = all_of(  # the DCP route is PLAIN at dcp 1 (0.29.0 L1037, 0.34.0 L2044)
+    wants = all_of(  # the persistent gate (0.29.0 L1037, 0.31.0 L1360, 0.34.0 L2044)
         not_(gd),
         not_(gv),
+        not_(row_view),
         not_(use_triton_verify),
         any_of(not_(causal), heads >= 16, qlen <= ASM_PADDED_MAX_PS_QLEN, fp8),
     )
+    # the CPRR route pads the query to its native cprr head count (0.34.0 L3624-3637)
+    pad_to_cprr = all_of(cprr, c.cprr_heads > heads)
+    m = if_then_else(pad_to_cprr, c.cprr_heads, m_plain)
     raises = (
-        all_of(not_(causal), qlen == 2, fp8, not_(is_in(m, _AITER_FP8_NON_CAUSAL_QLEN2_HEADS)))
+        all_of(not_(causal), qlen == 2, fp8, not_(is_in(m_plain, _AITER_FP8_NON_CAUSAL_QLEN2_HEADS)))
         if f.causal
         else False
     )  # 0.30.0 L1153-1170 (sources §29): "AITER has no non-causal fp8 MLA kernel"
+    # 0.29/0.30 raise in forward_mqa after both Gluon branches and the segmented one
+    forward_raises = all_of(no_route, not_(gd), not_(gv)) if not f.dcp_route_enum else no_route
+    dcp_raises = any_of(c.init_raises, forward_raises)
     return compose_route(
         s,
         gd,
@@ -173,30 +328,57 @@ def route(f: Features, s: Any, reg: Registry) -> Route:
         mtp_decode_qlen,
         heads,
         m,
-        head_padding=padding_of(heads, m, divides_padded(heads, m)),
+        head_padding=padding_of(
+            heads,
+            m,
+            any_of(
+                all_of(pad_to_cprr, _divides_cprr_heads(heads, m)),
+                all_of(not_(pad_to_cprr), divides_padded(heads, m_plain)),
+            ),
+        ),
         padded_q_heads=m,
         causal=causal,
         gluon_batch_is_one=s.num_reqs == 1,  # native 4-D MTP: one batch row per request
         triton_verify=use_triton_verify,
-        vllm_raises=raises,
+        vllm_raises=any_of(raises, dcp_raises),
         builder_gv=gv,
         v_scale_fix=partial(fp8_v_scale_fix, s, reg, m, fp8) if f.v_scale_fix else None,
+        dcp_route=droute,
+        dcp_raises=dcp_raises,
+        lse=dcp,
+        cprr=cprr,
     )
+
+
+def threshold(f: Features, s: Any) -> Term:
+    """The builder's reorder_batch_threshold: the family's formula, forced to 1 under DCP unless the builder
+    supports DCP with varlen queries (vllm/v1/attention/backend.py L652-683)."""
+    heads = dcp_decode_heads(s)
+    return f.reorder_batch_threshold(s, dcp_config(f, s, heads).supports_dcp_with_varlen)
 
 
 def scope(f: Features, reg: Registry) -> list[Rule]:
     rules: list[Rule] = [
         ("is_valid_num_heads(_decode_num_heads)", lambda s: is_valid_num_heads(dcp_decode_heads(s))),
-        ("modelled scope: dcp_world_size == 1 (DCP routes not modelled)", lambda s: s.dcp_world_size == 1),
     ]
     if not f.causal:
         return rules + causal_only(reg)
+    # vllm/v1/attention/backend.py validate_configuration (0.30.0 L333-341, 0.34.0 L339-341): a non-causal
+    # draft needs supports_non_causal, and under DCP supports_non_causal_dcp; where this backend lacks
+    # them vLLM picks another backend (TRITON_MLA) for the draft layers, so the step is not routed here.
+    non_causal_dcp = "" if f.non_causal_dcp else ", at dcp 1 (no supports_non_causal_multi_token_dcp)"
     return rules + [
         (
             "non-causal blocks only where supports_non_causal (gfx950, AITER takes causal=) "
-            "for parallel drafters",
+            f"for parallel drafters{non_causal_dcp}; elsewhere vLLM routes the draft to another backend",
             lambda s: implies(
-                not_(s.causal), all_of(eq(s.arch, "gfx950"), reg.lookup_takes_causal, parallel_drafting(s))
+                not_(s.causal),
+                all_of(
+                    eq(s.arch, "gfx950"),
+                    reg.lookup_takes_causal,
+                    parallel_drafting(s),
+                    True if f.non_causal_dcp else s.dcp_world_size == 1,
+                ),
             ),
         )
     ]
@@ -209,7 +391,7 @@ def make_revision(id: str, title: str, source: str, f: Features) -> Revision:
         title=title,
         source=source,
         route=partial(route, f),
-        reorder_batch_threshold=f.reorder_batch_threshold,
+        reorder_batch_threshold=partial(threshold, f),
         is_valid_num_heads=is_valid_num_heads,
         scope=partial(scope, f),
         gates={

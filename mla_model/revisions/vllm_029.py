@@ -14,7 +14,7 @@ from mla_model.revisions.dcp_era import Features, make_revision
 
 REVISION = make_revision(
     "vllm-0.29",
-    "vLLM 0.29.0 (DCP-aware gates), non-DCP paths",
+    "vLLM 0.29.0 (DCP-aware gates), DCP routes included",
     "vllm==0.29.0 rocm_aiter_mla.py (md5 65caab10), L422, L1037, L1334, L1356",
     Features(
         causal=False,

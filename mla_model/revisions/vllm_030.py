@@ -11,7 +11,7 @@ from mla_model.revisions.dcp_era import Features, make_revision
 
 REVISION = make_revision(
     "vllm-0.30",
-    "vLLM 0.30.0 (non-causal draft blocks), non-DCP paths",
+    "vLLM 0.30.0 (non-causal draft blocks), DCP routes included",
     "vllm==0.30.0 rocm_aiter_mla.py (md5 d2ff8ef6), L512, L1134, L1474, L1496",
     Features(
         causal=True,

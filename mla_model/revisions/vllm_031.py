@@ -13,7 +13,7 @@ from mla_model.revisions.dcp_era import Features, make_revision
 
 REVISION = make_revision(
     "vllm-0.31",
-    "vLLM 0.31.0 / 0.32.0 (2 GiB Gluon bound), non-DCP paths",
+    "vLLM 0.31.0 / 0.32.0 (2 GiB Gluon bound), DCP routes included",
     "vllm==0.31.0 rocm_aiter_mla.py (md5 dc21e273), L657, L1360, L1727, L1756",
     Features(
         causal=True,
@@ -21,5 +21,7 @@ REVISION = make_revision(
         triton_verify=False,
         v_scale_fix=False,
         reorder_batch_threshold=reorder_batch_threshold_031,
+        dcp_route_enum=True,
+        non_causal_dcp=True,
     ),
 )

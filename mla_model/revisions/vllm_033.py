@@ -10,7 +10,7 @@ from mla_model.revisions.dcp_era import Features, make_revision
 
 REVISION = make_revision(
     "vllm-0.33",
-    "vLLM 0.33.0 (row-view DCP verify), non-DCP paths",
+    "vLLM 0.33.0 (row-view DCP verify), DCP routes included",
     "vllm==0.33.0 rocm_aiter_mla.py (md5 6aeae043), L871, L1694, L2129, L2158",
     Features(
         causal=True,
@@ -18,5 +18,8 @@ REVISION = make_revision(
         triton_verify=False,
         v_scale_fix=False,
         reorder_batch_threshold=reorder_batch_threshold_031,
+        dcp_route_enum=True,
+        dcp_row_view=True,
+        non_causal_dcp=True,
     ),
 )

@@ -13,7 +13,7 @@ from mla_model.revisions.dcp_era import Features, make_revision
 
 REVISION = make_revision(
     "vllm-0.34",
-    "vLLM 0.34.0 (newest release), non-DCP paths",
+    "vLLM 0.34.0 (newest release), DCP routes included",
     "vllm==0.34.0 rocm_aiter_mla.py (md5 f39fa31e), L1122, L2044, L2555, L2584",
     Features(
         causal=True,
@@ -21,5 +21,8 @@ REVISION = make_revision(
         triton_verify=True,
         v_scale_fix=True,
         reorder_batch_threshold=reorder_batch_threshold_034,
+        dcp_route_enum=True,
+        dcp_row_view=True,
+        non_causal_dcp=True,
     ),
 )

@@ -271,6 +271,8 @@ def _numeric_route(revision: Revision, reg: Registry, grid: Grid) -> Route:
         req.kernel_qlen,
         req.persistent,
         req.causal,
+        req.lse,
+        req.cprr,
     ]
     symbolic = [i for i, v in enumerate(values) if z3.is_expr(v.term if isinstance(v, EnumTerm) else v)]
     done = grid.evaluate([values[i].term if isinstance(values[i], EnumTerm) else values[i] for i in symbolic])
@@ -295,6 +297,8 @@ def _kernel_on_grid(
         (req.kernel_qlen, ()),
         (req.persistent, (False, True)),
         (req.causal, (False, True)),
+        (req.lse, (False, True)),
+        (req.cprr, (False, True)),
         (num_reqs, ()),
     ]
     domains, flat = [], np.zeros((), dtype=np.int64)
@@ -319,8 +323,10 @@ def _kernel_on_grid(
         point[4],
         point[5].astype(bool),
         point[6].astype(bool),
+        point[7].astype(bool),
+        point[8].astype(bool),
     )
-    kernel = resolved_kernel(reg, t_arch, t_req, asm_lookup(reg, t_arch, t_req, point[7]))
+    kernel = resolved_kernel(reg, t_arch, t_req, asm_lookup(reg, t_arch, t_req, point[9]))
     table = np.full(int(flat.max()) + 1, -1, dtype=np.int16)
     table[used] = kernel.term if isinstance(kernel, EnumTerm) else names.index(kernel)
     return EnumTerm(names, table[flat])

@@ -92,6 +92,8 @@ def explain(revision: Revision, registry: Registry, shape: Shape) -> dict[str, A
             "ps": int(bool(a.ps)),
             "qseqlen": int(a.qseqlen),
             "causal": int(bool(a.causal)),
+            "lse": int(bool(a.lse)),
+            "cprr": int(bool(a.cprr)),
         },
         "kernel": resolved_kernel(registry, shape.arch, r.request, a),
         "gluon": {f.name: bool(getattr(d.gluon, f.name)) for f in fields(d.gluon)},

@@ -28,22 +28,27 @@ import z3
 from mla_model.decision import Decision, decide
 from mla_model.derived import kernel_kv_dtype
 from mla_model.failures import FAILURE_BY_KIND, failure_kind
+from mla_model.logic import EnumTerm
 from mla_model.registry import NO_KERNEL, Registry, resolved_kernel
 from mla_model.revisions.base import Revision
-from mla_model.route import ASM_PATHS, GLUON_PATHS, PATHS
+from mla_model.route import ASM_PATHS, DCP_ROUTES, GLUON_PATHS, PATHS
 from mla_model.shape import FIELD_BY_NAME, FP8_KV_CACHE_DTYPES, GIB, Shape
 from spec.proof.prover import Problem, canonical_model, problem
 from spec.proof.terms import as_z3, free_constants
 from spec.proof.verdict import DEFAULT_TIMEOUT_MS
 
-# forward_mqa's gate for each path (vLLM's names; use_triton_verify is 0.34's local).
+# forward_mqa's gate for each path (vLLM's names; use_triton_verify is 0.34's local, the DCP routes are
+# _DCPDecodeRoute's members from 0.31 on and use_segmented_dcp_verify before).
 DECISIONS = {
     "gluon_decode": "use_gluon_decode",
     "gluon_verify": "use_gluon_verify",
     "triton_verify": "use_triton_verify",
+    "triton_dcp_verify": "dcp_route is TRITON",
+    "segmented_dcp_verify": "dcp_route is SEGMENTED",
     "asm_persistent": "use_persistent_metadata",
 }
 GLUON_BF16, GLUON_FP8, TRITON = "gluon_kernel_bf16_kv", "gluon_kernel_fp8_kv", "triton_verify_kernel"
+TRITON_DCP, SEGMENTED = "triton_dcp_verify_kernel", "segmented_mla_kernel"
 # Drawn whether or not reachable: (kind, label, condition on the edge into it).  Gluon's kernel follows the KV
 # dtype (registry.GluonCheck: bh16bn64 for bf16, bh16bn128 for fp8); no revision hands Gluon the cache's KV
 # scale (Route.kv_scale_passed), so an fp8 cache there is read unscaled (fp8-never-reaches-gluon).
@@ -55,6 +60,16 @@ FIXED_LEAVES = {
         "kv fp8: mla_gluon bh16bn128, unscaled",
     ),
     TRITON: ("kernel", "vLLM Triton MLA verify kernel", "vLLM's Triton verify (CDNA3)"),
+    TRITON_DCP: ("kernel", "vLLM split-KV Triton decode, DCP row view", "vLLM's Triton DCP verify (gfx942)"),
+    SEGMENTED: ("kernel", "AITER segmented MLA (Triton), DCP row view", "AITER segmented MLA decode"),
+}
+# The path each fixed leaf hangs off.
+_FIXED_LEAF_PATHS = {
+    GLUON_BF16: GLUON_PATHS,
+    GLUON_FP8: GLUON_PATHS,
+    TRITON: ("triton_verify",),
+    TRITON_DCP: ("triton_dcp_verify",),
+    SEGMENTED: ("segmented_dcp_verify",),
 }
 _SHORT = {
     "num_heads": "heads",
@@ -88,10 +103,23 @@ class ConditionText:
     padded head count) as their name.
     """
 
-    def __init__(self, variables: dict[str, Any], names: dict[int, str]) -> None:
+    def __init__(
+        self,
+        variables: dict[str, Any],
+        names: dict[int, str],
+        enums: dict[int, tuple[str, tuple[str, ...]]] | None = None,
+    ) -> None:
         self.field_of = {v.get_id(): name for name, v in variables.items()}
         self.variables = variables
         self.names = names
+        self.enums = enums or {}  # derived enumeration terms (the DCP route): id -> (name, values)
+
+    def _enum_value(self, t: Any) -> str | None:
+        """``route==value`` of a named derived enumeration, as the value's name."""
+        if z3.is_eq(t) and t.arg(0).get_id() in self.enums and z3.is_int_value(t.arg(1)):
+            name, values = self.enums[t.arg(0).get_id()]
+            return values[t.arg(1).as_long()]
+        return None
 
     def __call__(self, t: Any, top: bool = True) -> str:
         if t.get_id() in self.names:
@@ -111,6 +139,8 @@ class ConditionText:
                 if op
                 else f"¬{self(inner, False)}"
             )
+        if (value := self._enum_value(t)) is not None:
+            return f"{self.enums[t.arg(0).get_id()][0]}={value}"
         if op := _comparison(t):
             return f"{self(t.arg(0), False)}{op}{self(t.arg(1), False)}"
         if kind == z3.Z3_OP_ITE:
@@ -123,6 +153,8 @@ class ConditionText:
             return f"{n // GIB} GiB" if n >= GIB and n % GIB == 0 else str(n)
         if kind == z3.Z3_OP_ADD:
             return "(" + " + ".join(self(c, False) for c in t.children()) + ")"
+        if kind == z3.Z3_OP_IDIV:
+            return f"{self(t.arg(0), False)}/{self(t.arg(1), False)}"
         if kind == z3.Z3_OP_MUL:
             return "·".join(
                 self(c, False) for c in t.children() if not (z3.is_int_value(c) and c.as_long() == 1)
@@ -145,9 +177,9 @@ class ConditionText:
             if what == "enum":
                 parts.append(self._members(join(*members), ident))
             elif what == "eq" and len(members) > 1:
-                parts.append(
-                    f"{self(members[0].arg(0), False)}∈{{{','.join(str(c.arg(1)) for c in members)}}}"
-                )
+                shown = [self._enum_value(c) or str(c.arg(1)) for c in members]
+                subject = self.enums.get(ident, (None,))[0] or self(members[0].arg(0), False)
+                parts.append(f"{subject}∈{{{','.join(shown)}}}")
             else:
                 parts.extend(self(c, False) for c in members)
         if zero in parts:
@@ -271,8 +303,9 @@ def leaf_of(registry: Registry, d: Decision) -> str:
         return f"failure:{s.arch}:{failure}"
     if r.path in GLUON_PATHS:
         return GLUON_FP8 if kernel_kv_dtype(s) == "fp8" else GLUON_BF16
-    if r.path == "triton_verify":
-        return TRITON
+    for leaf, paths in _FIXED_LEAF_PATHS.items():
+        if r.path in paths and leaf not in (GLUON_BF16, GLUON_FP8):
+            return leaf
     name = resolved_kernel(registry, s.arch, r.request, d.asm)
     assert name != NO_KERNEL, f"failure_kind 'none' but no kernel for {s}"
     return f"asm:{s.arch}:{name}"
@@ -284,7 +317,7 @@ def _leaf_terms(d: Decision, path: str) -> list[Any]:
     failure = failure_kind(d)
     ok = failure.term == failure.code("none")
     detail = (
-        [s.q_dtype, d.route.request.kv_dtype, a.gqa, a.ps, a.qseqlen, a.causal]
+        [s.q_dtype, d.route.request.kv_dtype, a.gqa, a.ps, a.qseqlen, a.causal, a.lse, a.cprr]
         if path in ASM_PATHS
         else [kernel_kv_dtype(s)]
         if path in GLUON_PATHS
@@ -319,6 +352,8 @@ def _leaf_node(d: Decision, leaf: str) -> tuple[dict[str, Any], str]:
         "qseqlen": int(a.qseqlen),
         "ps": int(bool(a.ps)),
         "causal": int(bool(a.causal)),
+        "lse": int(bool(a.lse)),
+        "cprr": int(bool(a.cprr)),
     }
     key = ", ".join(f"{k}' {v}" if k not in ("q", "kv") else f"{k} {v}" for k, v in lookup.items())
     return {
@@ -359,6 +394,9 @@ def routing_graph(revision: str | Revision, registry: str | Registry) -> nx.DiGr
             as_z3(route.decode_heads).get_id(): "heads",
             as_z3(route.request.padded_heads).get_id(): "padded heads",
         },
+        enums={as_z3(route.dcp_route.term).get_id(): ("dcp route", DCP_ROUTES)}
+        if isinstance(route.dcp_route, EnumTerm)
+        else {},
     )
     g = nx.DiGraph(revision=p.revision.id, registry=reg.id, title=p.revision.title, problem=p)
     path_is = {name: route.path.term == route.path.code(name) for name in PATHS}
@@ -380,7 +418,7 @@ def routing_graph(revision: str | Revision, registry: str | Registry) -> nx.DiGr
         g.add_node(path, kind="path", label=path)
     for leaf, (kind, label, condition) in FIXED_LEAVES.items():
         g.add_node(leaf, kind=kind, label=label, arch=None)
-        for path in GLUON_PATHS if leaf != TRITON else ("triton_verify",):
+        for path in _FIXED_LEAF_PATHS[leaf]:
             g.add_edge(path, leaf, kind="leaf", condition=condition, witness=None)
 
     # Leaves: enumerate each path's distinct outcomes and name each in plain Python from its model.
@@ -399,7 +437,7 @@ def routing_graph(revision: str | Revision, registry: str | Registry) -> nx.DiGr
     g.graph["asm_kernels"] = {
         arch: (
             len({n for n, a in g.nodes.items() if a["kind"] == "kernel" and a.get("arch") == arch}),
-            len({r.name for r in reg.kernels if r.arch == arch and r.lse == 0 and r.cprr == 0}),
+            len({r.name for r in reg.kernels if r.arch == arch}),
         )
         for arch in FIELD_BY_NAME["arch"].values
     }

@@ -62,8 +62,15 @@ def _table(revision: Revision) -> tuple[dict[str, np.ndarray], np.ndarray]:
     fields), and each row's point index.  The query lengths run to the revision's threshold per point."""
     points, _ = _points()
     heads, kv, method, k = (list(c) for c in zip(*points))
+    # The threshold at DCP 1 reads only the drafter; the other fields take their defaults (a DCP
+    # revision's threshold names them for its DCP > 1 clause).
+    defaults = {
+        name: value
+        for name, value in Shape().to_json().items()
+        if name not in ("spec_method", "num_spec_tokens")
+    }
     per_point = column_view(
-        {"dcp_world_size": _DCP},
+        {**defaults, "dcp_world_size": _DCP},
         {
             "spec_method": _codes("spec_method", method),
             "num_spec_tokens": _codes("num_spec_tokens", k),

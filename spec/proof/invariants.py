@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mla_model.decision import Decision
-from mla_model.derived import is_quantized_kv_cache
+from mla_model.derived import is_quantized_kv_cache, kernel_kv_dtype
 from mla_model.failures import (
     ASM_FAILURES,
     GLUON_FAILURES,
@@ -32,9 +32,13 @@ from mla_model.failures import (
     v_scale_text,
     v_scaled_once,
 )
-from mla_model.logic import Term, all_of, any_of, eq, iff, implies, is_in, not_
-from mla_model.registry import Registry
-from mla_model.route import ASM_PATHS
+from mla_model.logic import Term, all_of, any_of, eq, iff, implies, is_in, ne, not_
+from mla_model.registry import Registry, segmented_mla_fits
+from mla_model.route import ASM_PATHS, LSE_PATHS
+
+# Paths whose kernel is causal only: Gluon verify (asserted, 0.34.0 L3510), the Triton verifies and AITER's
+# segmented MLA (aiter v0.1.20 aiter/ops/triton/attention/mla.py L283 ``assert causal``).
+CAUSAL_ONLY_PATHS = ("gluon_verify", "triton_verify", "triton_dcp_verify", "segmented_dcp_verify")
 
 
 @dataclass(frozen=True)
@@ -145,6 +149,57 @@ def _persistent_metadata_used(d: Decision) -> Term:
     return implies(all_of(d.on_asm, d.route.use_persistent_metadata), d.asm.persistent)
 
 
+def _dcp(d: Decision) -> Term:
+    return d.shape.dcp_world_size > 1
+
+
+def _dcp_lse_kernel(d: Decision) -> Term:
+    """Under DCP every ASM call asks for the LSE (and, on the CPRR route, the round-robin kernel)."""
+    return implies(all_of(_dcp(d), d.on_asm), d.asm.kernel_ok)
+
+
+def _dcp_returns_lse(d: Decision) -> Term:
+    return implies(all_of(_dcp(d), not_(d.route.vllm_raises)), is_in(d.route.path, LSE_PATHS))
+
+
+def _dcp_verify_routed(d: Decision) -> Term:
+    return implies(all_of(_dcp(d), d.shape.max_qo_len > 1), not_(d.route.dcp_raises))
+
+
+def _dcp_causal_window(d: Decision) -> Term:
+    """A causal DCP multi-token step never takes the plain route: the plain kernel applies causality on
+    the rank's local KV indices, which is wrong over a round-robin shard (0.34.0 L586-587)."""
+    s = d.shape
+    return implies(
+        all_of(_dcp(d), s.causal, s.max_qo_len > 1, not_(d.route.vllm_raises)),
+        ne(d.route.dcp_route, "plain"),
+    )
+
+
+def _dcp_verify_supported(d: Decision) -> Term:
+    s, r = d.shape, d.route
+    return all_of(
+        implies(
+            eq(r.path, "segmented_dcp_verify"),
+            all_of(s.causal, segmented_mla_fits(s.arch, kernel_kv_dtype(s), r.decode_heads)),
+        ),
+        implies(eq(r.path, "triton_dcp_verify"), all_of(s.causal, eq(s.arch, "gfx942"))),
+    )
+
+
+def _non_causal_kernel(d: Decision) -> Term:
+    """A non-causal block runs on no causal-only kernel: not the verify kernels (each is causal only) and,
+    on ASM, a row looked up with causal 0 (AITER forces causal at one token, where nothing is masked)."""
+    s = d.shape
+    return implies(
+        all_of(not_(s.causal), s.max_qo_len > 1, not_(d.route.vllm_raises)),
+        all_of(
+            not_(is_in(d.route.path, CAUSAL_ONLY_PATHS)),
+            implies(d.on_asm, not_(d.asm.causal)),
+        ),
+    )
+
+
 def _total(d: Decision) -> Term:
     return all_of(
         not_(d.route.vllm_raises),
@@ -243,6 +298,24 @@ def _padding_wrong(d: Decision, reg: Registry) -> str:
 def _first_failure(d: Decision, reg: Registry) -> str:
     found = first_failure(d)
     return found[1] if found else ""
+
+
+def _dcp_step(d: Decision) -> str:
+    s, r = d.shape, d.route
+    return (
+        f"dcp {s.dcp_world_size}, {r.decode_heads} gathered heads, qlen {s.max_qo_len}, "
+        f"{'causal' if s.causal else 'non-causal'}: DCP route {r.dcp_route}, path {r.path}"
+    )
+
+
+def _dcp_asm_refused(d: Decision, reg: Registry) -> str:
+    a = d.asm
+    wants = " and ".join(w for w, asked in (("an LSE", a.lse), ("a round-robin (cprr)", a.cprr)) if asked)
+    return f"{_dcp_step(d)}; AITER needs {wants or 'a'} kernel: " + _failure_at(ASM_FAILURES, d.asm_call)
+
+
+def _dcp_described(d: Decision, reg: Registry) -> str:
+    return _dcp_step(d)
 
 
 INVARIANTS: tuple[Invariant, ...] = (
@@ -439,6 +512,88 @@ INVARIANTS: tuple[Invariant, ...] = (
         anchor="def _build_decode",
         view=("arch", "q_dtype", "kv", "path"),
         level="warning",
+    ),
+    Invariant(
+        id="dcp-lse-kernel",
+        statement="Under decode context parallelism every ASM step has an AITER kernel for what vLLM asks: "
+        "the LSE for the cross-rank merge, and on the CPRR route the round-robin kernel.",
+        why="Each DCP rank attends over its shard of the KV; the MLA layer merges the ranks by their LSE, so "
+        "vLLM calls mla_decode_fwd(return_lse=True), and asm_mla.cu looks the kernel up with lse and cprr in "
+        "its key.",
+        symptom="a crash at the first DCP decode step: AITER's 'cannot get heuristic kernel!' (or a check "
+        "in asm_mla.cu) for the LSE or round-robin variant",
+        source="vLLM 0.29.0 L1940-1960, 0.34.0 L3656-3690; aiter v0.1.20 asm_mla.cu L149-195, L998-1001 "
+        "(sources §60)",
+        holds=_dcp_lse_kernel,
+        detail=_dcp_asm_refused,
+        anchor="return_lse=True",
+        view=("arch", "q_dtype", "kv", "path"),
+    ),
+    Invariant(
+        id="dcp-returns-lse",
+        statement="Under decode context parallelism every step runs on a path that returns the LSE the "
+        "cross-rank merge needs.",
+        why="forward_mqa's Gluon paths return (o, None); the MLA layer asserts the LSE before merging the "
+        "ranks (mla_attention.py 'assert lse is not None').",
+        symptom="a crash at the first DCP decode step on that path: AssertionError in the MLA layer",
+        source="vLLM 0.34.0 rocm_aiter_mla.py L3469, L3532; mla_attention.py L1170-1171 (sources §60)",
+        holds=_dcp_returns_lse,
+        detail=_dcp_described,
+        anchor="def use_gluon_decode",
+        view=("arch", "kv", "path"),
+    ),
+    Invariant(
+        id="dcp-verify-routed",
+        statement="No DCP multi-token step reaches the code that raises for want of a DCP verify route.",
+        why="A causal DCP verify block needs segmented MLA, the round-robin ASM decode or the gfx942 "
+        "Triton verify; without one vLLM raises RuntimeError (0.29/0.30 in forward_mqa, 0.31+ in "
+        "_select_dcp_decode_route).",
+        symptom="a crash at the first speculative DCP decode step: RuntimeError",
+        source="vLLM 0.29.0 L1909-1912; 0.31.0 L282-298; 0.34.0 L616-636 (sources §60)",
+        holds=_dcp_verify_routed,
+        detail=_dcp_described,
+        anchor="def _build_decode",
+        view=("arch", "kv", "causal"),
+    ),
+    Invariant(
+        id="dcp-causal-window",
+        statement="A causal DCP multi-token step never runs on the plain route.",
+        why="The plain kernel applies the causal mask on the rank's local KV indices, which is wrong over a "
+        "round-robin shard; CPRR, segmented and the Triton row view apply it on global positions.",
+        symptom="silently wrong attention for every verify token but the last, no error",
+        source="vLLM 0.31.0 L243-261, 0.34.0 L560-589 (the DCP decode routing comment) (sources §60)",
+        holds=_dcp_causal_window,
+        detail=_dcp_described,
+        anchor="def _build_decode",
+        view=("arch", "kv", "path"),
+    ),
+    Invariant(
+        id="dcp-verify-supported",
+        statement="Segmented and Triton DCP verify run only where they are supported: causal blocks, "
+        "segmented MLA only where it fits gfx942's LDS, the Triton DCP verify only on gfx942.",
+        why="AITER's segmented MLA needs 128 KiB of LDS on gfx942 for fp8 past 64 gathered heads (vLLM "
+        "0.33.0 added _segmented_mla_fits_lds); both row-view verifies build causal windows.",
+        symptom="a crash compiling the segmented kernel (Triton OutOfResources), or wrong attention on a "
+        "route that does not fit the block",
+        source="vLLM 0.33.0 L295-330, 0.34.0 L424-470 (sources §60)",
+        holds=_dcp_verify_supported,
+        detail=_dcp_described,
+        anchor="def _segmented_dcp_verify_supported",
+        view=("arch", "kv", "path"),
+    ),
+    Invariant(
+        id="non-causal-not-causal-only",
+        statement="No non-causal multi-token block reaches a causal-only kernel.",
+        why="Gluon verify, the Triton verifies and segmented MLA are causal only; an ASM row looked up as "
+        "causal masks a non-causal draft block.",
+        symptom="silently wrong draft attention (each draft token blind to the later ones), or a kernel "
+        "assert",
+        source="vLLM 0.30.0 L1134, 0.34.0 L616-636; aiter v0.1.20 aiter/ops/triton/attention/mla.py L283 "
+        "(sources §29, §60)",
+        holds=_non_causal_kernel,
+        detail=_dcp_described,
+        anchor="def _build_decode",
+        view=("arch", "kv", "path"),
     ),
     Invariant(
         id="total",

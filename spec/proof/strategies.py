@@ -65,15 +65,21 @@ def shapes(
     rev = get_revision(revision) if isinstance(revision, str) else revision
     reg = load_registry(registry) if isinstance(registry, str) else registry
 
+    takes_dcp = bool(rev.is_valid(Shape(dcp_world_size=2), reg))  # vLLM 0.29 on: DCP with this backend
+
     def repair(s: Shape) -> Shape:
         """Move the commonest invalid draws into the valid region before filtering."""
+        if not takes_dcp:
+            s = s.replace(dcp_world_size=1)
         rbt = rev.reorder_batch_threshold(s)
         q_dtype = s.q_dtype if s.kv_cache_dtype.startswith("fp8") else "bf16"
-        return s.replace(
+        s = s.replace(
             max_qo_len=1 + (s.max_qo_len - 1) % rbt,
             q_dtype=q_dtype,
             gluon_build=s.gluon_build and s.arch == "gfx950",
             num_heads=1 + (s.num_heads - 1) % max(1, 128 // s.dcp_world_size),
         )
+        # a non-causal draft block is accepted only where the backend supports it (vLLM 0.30 on, gfx950)
+        return s if s.causal or rev.is_valid(s, reg) else s.replace(causal=True)
 
     return base.map(repair).filter(lambda s: bool(rev.is_valid(s, reg)))

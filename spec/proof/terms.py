@@ -146,9 +146,17 @@ def is_membership(t: Any) -> bool:
     if not z3.is_or(t) or t.num_args() == 0:
         return False
     kids = t.children()
-    return all(z3.is_eq(k) and z3.is_int_value(k.arg(1)) for k in kids) and all(
-        k.arg(0).eq(kids[0].arg(0)) for k in kids
+    return (
+        all(z3.is_eq(k) and z3.is_int_value(k.arg(1)) for k in kids)
+        and all(k.arg(0).eq(kids[0].arg(0)) for k in kids)
+        and not _is_choice(kids[0].arg(0))
     )
+
+
+def _is_choice(t: Any) -> bool:
+    """A derived enumeration (``logic.choose``: an If chain of constant codes, e.g. vLLM's DCP route): its
+    membership tests are decisions over the chain's conditions, not one condition."""
+    return z3.is_app_of(t, z3.Z3_OP_ITE) and z3.is_int_value(t.arg(1))
 
 
 def _has_ite(t: Any) -> bool:

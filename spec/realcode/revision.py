@@ -39,6 +39,7 @@ from mla_model.revisions.base import (
     asm_request,
     causal_only,
     divides_padded,
+    no_dcp,
     forward_path,
     padding_of,
 )
@@ -262,7 +263,9 @@ def _real_revision(source: Source, lifting: bool) -> Revision:
 
     def scope(reg: Registry) -> list[Rule]:
         rules: list[Rule] = [("the release's is_valid_num_heads", lambda s: outputs(s)["heads_valid"])]
-        if not concrete.takes_causal:
+        if not concrete.gathers_dcp:  # before 0.29 vLLM refuses DCP with this backend at startup
+            rules += no_dcp(reg)
+        elif not concrete.takes_causal:
             rules += causal_only(reg)
         else:
             rules.append(
@@ -278,7 +281,7 @@ def _real_revision(source: Source, lifting: bool) -> Revision:
         if concrete.gathers_dcp:
             rules.append(
                 (
-                    "modelled scope: dcp_world_size == 1 (DCP routes not modelled)",
+                    "lifted scope: dcp_world_size == 1 (the DCP routes are not lifted; bind executes them)",
                     lambda s: s.dcp_world_size == 1,
                 )
             )

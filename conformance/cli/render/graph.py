@@ -23,6 +23,8 @@ PATH_TEXT = {  # mla_model.route.PATHS, as a newcomer reads them, and the family
     "gluon_decode": ("gluon", "AITER Gluon, one query token"),
     "gluon_verify": ("gluon", "AITER Gluon, multi-token verify"),
     "triton_verify": ("triton", "vLLM Triton causal verify"),
+    "triton_dcp_verify": ("triton", "vLLM Triton DCP verify, one row per token"),
+    "segmented_dcp_verify": ("triton", "AITER segmented MLA, DCP verify"),
     "asm_persistent": ("asm", "AITER ASM, vLLM's persistent metadata"),
     "asm_nonpersistent": ("asm", "AITER ASM, AITER's own split metadata"),
 }
@@ -64,7 +66,7 @@ def node_text(g: nx.DiGraph, n: str) -> str:
         return f"{n}{dead}\n{PATH_TEXT[n][1]}"
     if a["kind"] == "kernel" and "lookup" in a:
         k = a["lookup"]
-        flags = "".join(f" {f}'" for f in ("ps", "causal") if k[f])
+        flags = "".join(f" {f}'" for f in ("ps", "causal", "lse", "cprr") if k[f])
         return (
             f"{a['label']}{dead}\n{a['arch']}  {k['q']}/{k['kv']}  "
             f"gqa'{k['gqa']} qseqlen'{k['qseqlen']}{flags}"

@@ -226,6 +226,13 @@ def explanation(out: dict, shape: Shape, revision: str, registry: str, console: 
         console.print(
             f"  route: [cyan]{r['path']}[/], {r['decode_heads']} heads, qlen {r['request']['kernel_qlen']}"
         )
+    if shape.dcp_world_size > 1:
+        console.print(
+            f"  DCP: {shape.dcp_world_size} ranks, {r['decode_heads']} gathered heads, DCP route "
+            f"[cyan]{r['dcp_route']}[/]"
+            + ("; ASM asks for the LSE" if r["path"].startswith("asm") else "")
+            + (" and the round-robin (cprr) kernel" if r["request"]["cprr"] else "")
+        )
     if r["path"].startswith("asm"):
         key = " ".join(f"{a}:{b}" for a, b in k["key"].items())
         console.print(
