@@ -35,6 +35,7 @@ class State:
     kernel: Any = (
         None  # callable(entry, call, tensors) -> None; fills the output (replay), or None (record only)
     )
+    dcp_rank: int = 0  # the DCP rank get_dcp_group() answers (conformance.dcp_replay sets it per rank)
 
 
 STATE = State()
@@ -45,12 +46,27 @@ def cpu_torch_shims() -> None:
 
     rocm_aiter_mla.py 0.34.0 L3375 asks ``torch.cuda.is_current_stream_capturing()``
     before warming the Triton verify kernel; a CPU-only torch raises there.
-    The harness never captures a graph, so the answer is False.
+    The harness never captures a graph, so the answer is False.  From 0.34.0 the
+    builder also reads the device's CU count when CPRR is configured
+    (:func:`_device_properties`).
     """
     import torch
 
     if not torch.cuda.is_available():
         torch.cuda.is_current_stream_capturing = lambda: False
+        torch.cuda.get_device_properties = _device_properties
+
+
+def _device_properties(device: Any = None) -> Any:
+    """``torch.cuda.get_device_properties`` on a machine without a GPU: the platform's CU count.
+
+    rocm_aiter_mla.py 0.34.0 L1099 caps CPRR's KV splits per batch at
+    ``multi_processor_count`` (a CU count on ROCm); the answer is the stub
+    platform's ``num_compute_units()`` for the shape's arch.
+    """
+    from vllm.platforms import current_platform
+
+    return Bag("device_properties", multi_processor_count=current_platform.num_compute_units())
 
 
 def strict(module_name: str) -> Any:

@@ -163,6 +163,8 @@ def mla_decode_fwd(
         "causal": None if causal is None else bool(causal),
         "return_lse": bool(return_lse),
         "extra": sorted(extra),
+        # CPRR's scalars (cp_world_size, cp_rank, num_kv_splits, intra_batch_mode; 0.34.0 L3645-3654)
+        "extra_values": {k: v for k, v in extra.items() if isinstance(v, (bool, int, float))},
     }
     _admit(
         call,
@@ -173,6 +175,8 @@ def mla_decode_fwd(
             "kv_indptr": kv_indptr,
             "kv_indices": kv_indices,
             "qo_indptr": qo_indptr,
+            # CPRR's global KV indptr (g_kv_indptr, 0.34.0 L3646)
+            **{k: v for k, v in extra.items() if isinstance(v, torch.Tensor)},
         },
         _asm_failure,
     )

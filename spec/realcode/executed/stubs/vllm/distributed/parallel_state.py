@@ -11,7 +11,8 @@ there (test_rocm_aiter_mla_dcp_cprr_numerics.py, _verify_gfx942.py).
 
 * ``get_dcp_group()``: the world size of the config being built
   (``parallel_config.decode_context_parallel_size`` of the current
-  ``VllmConfig``) and rank 0.
+  ``VllmConfig``) and rank ``STATE.dcp_rank`` (0 unless the DCP replay,
+  :mod:`conformance.dcp_replay`, runs another rank).
 * ``get_tp_group()``: the harness drives no tensor parallelism; the group
   exists (tests save and patch the name), reading anything of it is a
   harness fault naming what was read.
@@ -33,7 +34,12 @@ class GroupCoordinator:
 
 
 class _DCPGroup(GroupCoordinator):
-    rank_in_group = 0
+    @property
+    def rank_in_group(self) -> int:
+        """The rank being simulated (``STATE.dcp_rank``: 0 unless conformance.dcp_replay sets it)."""
+        from mla_spec_stub import STATE
+
+        return STATE.dcp_rank
 
     @property
     def world_size(self) -> int:

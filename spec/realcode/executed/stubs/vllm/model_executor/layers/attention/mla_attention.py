@@ -10,7 +10,9 @@ attention/mla_attention.py, 0.27.0-0.34.0):
   supports_dcp_with_varlen)`` with ``supports_spec_decode = query_len_support
   != SINGLE_ONLY`` (0.28.0 L2165).
 * ``build`` on a decode-only batch: every request is a decode; it calls
-  ``_build_decode`` with the arguments of 0.28.0 L2335-2343 (plus
+  ``_build_decode`` with the arguments of 0.28.0 L2335-2343 (with DCP, the
+  rank's local seq_lens and the total as ``dcp_tot_seq_lens_device``, 0.34.0
+  L2889-2902; plus
   ``max_query_len = min(max_query_len, reorder_batch_threshold)`` where the
   release's signature takes it, 0.34.0 L2913) and wraps the result in
   ``metadata_cls`` (L2345-2360).  Non-causal decode raises as L2244 does when
@@ -170,22 +172,26 @@ class MLACommonMetadataBuilder(AttentionMetadataBuilder, Generic[M]):
         ):
             raise ValueError("Non-causal multi-token MLA requires an explicitly supported attention group.")
         num_decodes, num_decode_tokens = m.num_reqs, m.num_actual_tokens
+        seq_lens, max_seq_len, dcp_tot_seq_lens = m.seq_lens[:num_decodes], m.max_seq_len, None
+        if self.dcp_world_size > 1:
+            seq_lens, max_seq_len = self._dcp_local(m)
+            dcp_tot_seq_lens = m.seq_lens[:num_decodes]
         args = dict(
             block_table_tensor=m.block_table_tensor[:num_decodes, ...],
-            seq_lens_device=m.seq_lens[:num_decodes],
-            max_seq_len=m.max_seq_len,
+            seq_lens_device=seq_lens,
+            max_seq_len=max_seq_len,
             query_start_loc_cpu=m.query_start_loc_cpu[: num_decodes + 1],
             query_start_loc_device=m.query_start_loc[: num_decodes + 1],
             num_decode_tokens=num_decode_tokens,
             max_query_len=min(m.max_query_len, self.reorder_batch_threshold),
-            dcp_tot_seq_lens_device=None,
+            dcp_tot_seq_lens_device=dcp_tot_seq_lens,
         )
         accepted = inspect.signature(self._build_decode).parameters
         decode = self._build_decode(**{k: v for k, v in args.items() if k in accepted})
         return self.metadata_cls(
             num_reqs=m.num_reqs,
             max_query_len=m.max_query_len,
-            max_seq_len=m.max_seq_len,
+            max_seq_len=max_seq_len,
             num_actual_tokens=m.num_actual_tokens,
             query_start_loc=m.query_start_loc,
             slot_mapping=m.slot_mapping,
@@ -197,6 +203,31 @@ class MLACommonMetadataBuilder(AttentionMetadataBuilder, Generic[M]):
             prefill=None,
             decode=decode,
         )
+
+    def _dcp_local(self, m) -> tuple[torch.Tensor, int]:
+        """This DCP rank's decode seq_lens and max_seq_len (0.34.0 L2889-2902, 0.29.0 L2486-2497).
+
+        The decode lengths become ``common_attn_metadata.dcp_local_seq_lens`` (the
+        tokens this rank holds; the total goes to ``_build_decode`` as
+        ``dcp_tot_seq_lens_device``), and ``max_seq_len`` becomes
+        ``ceil(L / (N * I)) * I``.  Where the caller did not set the local lengths
+        (vLLM's model runner always does), they are the release's own
+        ``get_dcp_local_seq_lens`` for the group's rank, as the runner computes them.
+        """
+        local = m.dcp_local_seq_lens
+        if local is None:
+            from vllm.distributed import get_dcp_group
+            from vllm.v1.attention.backends.utils import get_dcp_local_seq_lens
+
+            local = get_dcp_local_seq_lens(
+                m.seq_lens,
+                self.dcp_world_size,
+                get_dcp_group().rank_in_group,
+                self.cp_kv_cache_interleave_size,
+            )
+        parts = self.dcp_world_size * self.cp_kv_cache_interleave_size
+        max_seq_len = (m.max_seq_len + parts - 1) // parts * self.cp_kv_cache_interleave_size
+        return local[: m.num_reqs], max_seq_len
 
 
 class MLACommonImpl(Generic[M]):

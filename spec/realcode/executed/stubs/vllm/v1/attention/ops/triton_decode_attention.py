@@ -57,7 +57,8 @@ def decode_attention_fwd(
     is_mla=False,
     sliding_window=None,
 ):
-    """0.33.0 L781 signature; recorded as ``decode_attention_fwd``."""
+    """0.33.0 L781 signature; recorded as ``decode_attention_fwd`` with the block table, the per-row KV
+    lengths and the ``lse`` the kernel writes (0.34.0's gfx942 DCP verify reads it, L3299-3336)."""
     recorder.vllm_triton_op(
         "decode_attention_fwd",
         q,
@@ -69,6 +70,7 @@ def decode_attention_fwd(
         kv_scale=k_scale,
         page_size=int(page_size),
         causal=None,
+        tensors={"req_to_token": req_to_token, "seq_lens": b_seq_len, "lse": lse},
     )
 
 
