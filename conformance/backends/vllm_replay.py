@@ -26,6 +26,15 @@ contract as far as the registry records it:
   windows unless vLLM passes ``causal=False``; with vLLM's persistent work
   metadata only the first ``max_seqlen_qo`` rows the metadata was built for
   are written (the rest of ``o`` keeps what vLLM put there);
+* ASM with ``return_lse`` (the DCP path, 0.29.0+; 0.34.0 L3656-3674): the
+  call also returns the true natural-log LSE of the rows over the KV it was
+  given (the rank's shard), NaN on rows it does not write; with CPRR's
+  ``g_kv_indptr``/``cp_world_size``/``cp_rank`` (0.34.0 L3641-3654) a causal
+  row's window is the global positions below ``G - qlen + t + 1``, read off
+  the round-robin shard;
+* vLLM's ``decode_attention_fwd`` (0.34.0's gfx942 DCP verify, L3279-3336):
+  one query row per block-table row over its ``row_lens`` tokens, output and
+  LSE written (an empty row: NaN output, LSE -inf);
 * Gluon (``mla_gluon``): each ``seq_info`` row is one query row over its
   ``page_table`` slice (``kv_pe_offset`` 512, ``k_pe=None``, as both 0.27 and
   0.28 pass them; the recorder does not keep them).
@@ -100,8 +109,10 @@ def _attend_rows(
     indptr: torch.Tensor,
     indices: torch.Tensor,
     sm_scale: float,
-) -> torch.Tensor:
-    """Row ``i`` of ``q [n, H, 576]`` over KV rows ``indices[indptr[i]:indptr[i+1]]`` (-1: out of bounds)."""
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row ``i`` of ``q [n, H, 576]`` over KV rows ``indices[indptr[i]:indptr[i+1]]`` (-1: out of bounds),
+    and the row's log-sum-exp of its scaled scores ``[n, H]`` (natural log, as AITER's ``return_lse``:
+    ``lse_base_on_e``, rocm_aiter_mla.py 0.34.0 L2659-2663)."""
     n = q.shape[0]
     lens = (indptr[1:] - indptr[:-1]).long()
     width = max(int(lens.max()) if n else 0, 1)
@@ -117,7 +128,7 @@ def _attend_rows(
     scores = scores.masked_fill(~live[:, None, :], float("-inf"))
     p = torch.softmax(scores, dim=-1)  # a row with no KV: NaN, as an empty softmax is
     vv = vv.masked_fill(~live[..., None], 0.0)
-    return torch.einsum("nhl,nld->nhd", p, vv)
+    return torch.einsum("nhl,nld->nhd", p, vv), torch.logsumexp(scores, dim=-1)  # LSE base e; no KV: -inf
 
 
 def _triton_attend(
@@ -187,12 +198,14 @@ def _compute(
     sm_scale: float,
     same_scale: bool,
     info: dict[str, Any],
-) -> torch.Tensor:
-    if q.device.type == "cuda" and same_scale:
+    need_lse: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The rows' output and, with ``need_lse``, their LSE (AITER's Triton decode gives no LSE here: torch)."""
+    if q.device.type == "cuda" and same_scale and not need_lse:
         out = _triton_attend(q, k, indptr, indices, sm_scale)
         if out is not None:
             info["compute"] = "aiter-triton decode_attention_fwd_grouped_rope"
-            return out
+            return out, None
     info["compute"] = f"torch float32 ({q.device.type})"
     if q.device.type == "cuda" and _TRITON_MISSING:
         info["aiter_triton_unavailable"] = _TRITON_MISSING[0]
@@ -200,14 +213,30 @@ def _compute(
 
 
 def _row_windows(
-    kv_indptr: torch.Tensor, kv_indices: torch.Tensor, rows_of: list[tuple[int, int, int]], causal: bool
+    kv_indptr: torch.Tensor,
+    kv_indices: torch.Tensor,
+    rows_of: list[tuple[int, int, int]],
+    causal: bool,
+    shard: tuple[torch.Tensor, int, int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per query row (request ``b``, row ``t`` of ``n``) its KV window as one indptr/indices pair."""
+    """Per query row (request ``b``, row ``t`` of ``n``) its KV window as one indptr/indices pair.
+
+    ``shard`` = ``(g_kv_indptr, cp_world_size, cp_rank)``: the KV rows are this DCP rank's round-robin
+    shard (local token ``j`` is global position ``j * cp_world_size + cp_rank``, interleave 1), and a
+    causal row sees the global positions below ``G - n + t + 1`` for the request's global length ``G``:
+    CPRR's in-kernel window (rocm_aiter_mla.py 0.34.0 L570-590: "rebuilds global positions from
+    g_kv_indptr, cp_rank and cp_world_size and applies the causal window in-kernel").
+    """
     starts = kv_indptr.long().tolist()
+    g_starts = shard[0].long().tolist() if shard else []
     lens, chunks = [], []
     for b, t, n in rows_of:
         total = starts[b + 1] - starts[b]
         length = max(total - (n - 1) + t, 0) if causal else total
+        if shard and causal:
+            world, rank = shard[1], shard[2]
+            visible = g_starts[b + 1] - g_starts[b] - (n - 1) + t  # global positions 0..visible-1
+            length = min(max(-(-(visible - rank) // world), 0), total)
         lens.append(length)
         chunks.append(kv_indices[starts[b] : starts[b] + length].long())
     indptr = torch.zeros(len(lens) + 1, dtype=torch.long, device=kv_indices.device)
@@ -220,8 +249,11 @@ def _row_windows(
 # --- the stand-ins ----------------------------------------------------------------------------
 
 
-def _asm(call: dict[str, Any], t: dict[str, Any], st: Any, info: dict[str, Any]) -> None:
+def _asm(call: dict[str, Any], t: dict[str, Any], st: Any, info: dict[str, Any]) -> torch.Tensor | None:
+    """Fill ``o``; with ``return_lse`` (the DCP path) return the ``[rows, heads]`` float32 LSE, NaN on
+    the rows the kernel does not write."""
     q, o, kv = t["q"], t["o"], t["kv"]
+    lse = torch.full(q.shape[:2], float("nan"), device=o.device) if call.get("return_lse") else None
     qf = read_as_kernel(q, st.arch, info, "q")
     kvf = read_as_kernel(kv, st.arch, info, "kv").reshape(-1, kv.shape[-1])
     q_scale = _scale(call.get("q_scale"), "q_scale", info) if call["q_dtype"] == "fp8" else 1.0
@@ -270,12 +302,22 @@ def _asm(call: dict[str, Any], t: dict[str, Any], st: Any, info: dict[str, Any])
         if drops_v
         else "kv_scale on scores and values",
     )
+    shard = None
+    if "g_kv_indptr" in t:  # CPRR (0.34.0 L3641-3654): the causal window over global positions
+        extra = call["extra_values"]
+        shard = (t["g_kv_indptr"], int(extra["cp_world_size"]), int(extra["cp_rank"]))
+        info["window"] = f"CPRR: global positions of rank {shard[2]} of {shard[1]}"
     if not qrows:
-        return
-    indptr, indices = _row_windows(t["kv_indptr"], t["kv_indices"], rows_of, causal)
+        return lse
+    indptr, indices = _row_windows(t["kv_indptr"], t["kv_indices"], rows_of, causal, shard)
     sel = torch.tensor(qrows, device=o.device)
-    out = _compute(qf[sel], k, v, indptr.to(o.device), indices.to(o.device), sm, True, info)
+    out, rows_lse = _compute(
+        qf[sel], k, v, indptr.to(o.device), indices.to(o.device), sm, True, info, lse is not None
+    )
     o[sel] = out.to(o.dtype)
+    if lse is not None and rows_lse is not None:
+        lse[sel] = rows_lse
+    return lse
 
 
 def _gluon(call: dict[str, Any], t: dict[str, Any], st: Any, info: dict[str, Any]) -> None:
@@ -311,9 +353,42 @@ def _gluon(call: dict[str, Any], t: dict[str, Any], st: Any, info: dict[str, Any
         )
         info["rows_unwritten"] = rows
         return
-    out = _compute(qf, k, v, indptr.to(o.device), indices.to(o.device), sm, True, info)
+    out, _ = _compute(qf, k, v, indptr.to(o.device), indices.to(o.device), sm, True, info)
     o.copy_(out.to(o.dtype))
     info.update(rows_written=rows, rows_unwritten=0)
+
+
+def _paged_tokens(
+    table: torch.Tensor, lens: torch.Tensor, page: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row ``b``'s first ``lens[b]`` tokens of block table row ``b`` (pages of ``page`` tokens) as KV rows."""
+    table = table.long()
+    starts, tokens = [0], []
+    for b, n in enumerate(lens.long().tolist()):
+        pos = torch.arange(n, device=table.device)
+        tokens.append(table[b, pos // page] * page + pos % page)
+        starts.append(starts[-1] + n)
+    indices = torch.cat(tokens) if tokens else table.new_zeros(0)
+    return torch.tensor(starts, device=device), indices.to(device)
+
+
+def _triton_decode(call: dict[str, Any], t: dict[str, Any], st: Any, info: dict[str, Any]) -> None:
+    """vLLM's ``decode_attention_fwd`` as 0.34.0's gfx942 DCP verify calls it (L3279-3336): one query
+    row per block-table row over its first ``row_lens`` tokens, the cache scaled by ``k_scale`` (scores
+    and values); fills ``o`` and the ``lse`` vLLM passed (an empty row: NaN output, LSE -inf, L3287)."""
+    q, o, kv, lse = t["q"], t["o"], t["kv"], t["lse"]
+    kvf = read_as_kernel(kv, st.arch, info, "kv").reshape(-1, kv.shape[-1])
+    kv_scale = _scale(call.get("kv_scale"), "kv_scale", info) if call["kv_dtype"] == "fp8" else 1.0
+    indptr, indices = _paged_tokens(t["req_to_token"], t["seq_lens"], int(call["page_size"]), o.device)
+    qf = read_as_kernel(q, st.arch, info, "q")
+    sm = float(call["sm_scale"])
+    out, rows_lse = _attend_rows(qf, kvf * kv_scale, kvf[:, :V_HEAD_DIM] * kv_scale, indptr, indices, sm)
+    info["compute"] = f"torch float32 ({q.device.type})"
+    o.copy_(out.to(o.dtype))
+    lse.copy_(rows_lse)
+    info.update(
+        kv_scale=kv_scale, sm_scale=sm, scales="k_scale on scores and values", rows_written=q.shape[0]
+    )
 
 
 def _triton_verify(call: dict[str, Any], t: dict[str, Any], st: Any, info: dict[str, Any]) -> None:
@@ -323,20 +398,13 @@ def _triton_verify(call: dict[str, Any], t: dict[str, Any], st: Any, info: dict[
     qlen, page = int(call["max_seqlen_q"]), int(call["page_size"])
     kvf = read_as_kernel(kv, st.arch, info, "kv").reshape(-1, kv.shape[-1])
     kv_scale = _scale(call.get("kv_scale"), "kv_scale", info) if call["kv_dtype"] == "fp8" else 1.0
-    seq_lens = (t["real_seq_lens"] if t.get("real_seq_lens") is not None else t["seq_lens"]).long().tolist()
-    table = t["req_to_token"].long()
-    starts, tokens = [0], []
-    for b, n in enumerate(seq_lens):
-        pos = torch.arange(n, device=table.device)
-        tokens.append(table[b, pos // page] * page + pos % page)
-        starts.append(starts[-1] + n)
-    kv_indptr = torch.tensor(starts, device=o.device)
-    kv_indices = torch.cat(tokens) if tokens else table.new_zeros(0)
-    rows_of = [(b, r, qlen) for b in range(len(seq_lens)) for r in range(qlen)]
+    seq_lens = t["real_seq_lens"] if t.get("real_seq_lens") is not None else t["seq_lens"]
+    kv_indptr, kv_indices = _paged_tokens(t["req_to_token"], seq_lens, page, o.device)
+    rows_of = [(b, r, qlen) for b in range(seq_lens.numel()) for r in range(qlen)]
     indptr, indices = _row_windows(kv_indptr, kv_indices, rows_of, True)
     qf = read_as_kernel(q, st.arch, info, "q")
     sm = float(call["sm_scale"])
-    out = _compute(
+    out, _ = _compute(
         qf,
         kvf * kv_scale,
         kvf[:, :V_HEAD_DIM] * kv_scale,
@@ -356,26 +424,29 @@ def _triton_verify(call: dict[str, Any], t: dict[str, Any], st: Any, info: dict[
     )
 
 
-def kernel(entry: str, call: dict[str, Any]) -> None:
-    """Fill the recorded call's output ``o`` as the routed kernel would (the recorder admitted the call)."""
+def kernel(entry: str, call: dict[str, Any]) -> Any:
+    """Fill the recorded call's output ``o`` as the routed kernel would (the recorder admitted the call);
+    an ASM call with ``return_lse`` returns ``(o, lse)`` with the true LSE of the rows it was given."""
     started = time.perf_counter()
     info: dict[str, Any] = {}
     call["replay"] = info
     st = _state()
-    if call.get("return_lse"):
-        info["no_stand_in"] = f"{entry} with return_lse (the DCP path): the stand-in returns no LSE"
-        return None
+    result = None
     if entry == "mla_decode_fwd":
-        _asm(call, call["tensors"], st, info)
+        lse = _asm(call, call["tensors"], st, info)
+        result = (call["tensors"]["o"], lse) if call.get("return_lse") else None  # AITER's (logits, lse)
     elif entry == "mla_gluon":
         _gluon(call, call["tensors"], st, info)
     elif entry == "decode_attention_fwd_verify":
         _triton_verify(call, call["tensors"], st, info)
+    elif entry == "decode_attention_fwd":
+        _triton_decode(call, call["tensors"], st, info)
     else:
         info["no_stand_in"] = f"no stand-in for {entry}: output left as vLLM allocated it"
     if call["tensors"]["o"].is_cuda:
         torch.cuda.synchronize(call["tensors"]["o"].device)
     info["t_ms"] = (time.perf_counter() - started) * 1e3
+    return result
 
 
 # --- the verdict ------------------------------------------------------------------------------
