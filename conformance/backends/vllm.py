@@ -19,8 +19,14 @@ runs is CRASH with the error; a shape the release does not admit as a decode
 (``max_qo_len`` above its reorder threshold) is SKIP; a harness fault (a name
 the stubs lack) is SKIP for that case, naming the fault.
 
+A case with ``dcp_world_size > 1`` is a DCP replay (:mod:`conformance.dcp_replay`):
+every rank runs the release's decode over its KV shard and the ranks' outputs
+are merged by the release's own LSE merge, simulated in one process or as
+gloo/NCCL processes (option ``dcp_ranks``); option ``inject_fault``
+(``drop-rank-lse``) drops the last rank's LSE before the merge.
+
 Cases run in batches: one harness child per chunk of :data:`CHUNK` cases
-(same registry), started when the first case of the chunk is asked for; the
+(same registry, DCP or not), started when the first case of the chunk is asked for; the
 rest of the chunk is answered from memory.  The release is ``--vllm``
 (``mla-spec conform``) / ``--mla-vllm`` (pytest): a version (``0.28.0``), a
 vLLM tree or a ``rocm_aiter_mla.py`` inside one; without it each case runs
@@ -30,6 +36,7 @@ through its own revision's release.
 from __future__ import annotations
 
 import ast
+import os
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -39,6 +46,7 @@ from mla_model.failures import REFUSALS
 
 CHUNK = 256
 REPLAY = "conformance.backends.vllm_replay"
+DCP_ENV = {"dcp_ranks": "MLA_SPEC_DCP_RANKS", "inject_fault": "MLA_SPEC_INJECT_FAULT"}
 
 
 class VllmBackend:
@@ -51,11 +59,15 @@ class VllmBackend:
         self.options: dict[str, Any] = {}
 
     def configure(self, release: str | None = None, cases: Iterable[Any] = (), **options: Any) -> None:
-        """The release to execute, the cases to batch (in run order), harness options (``kv_scale``, ...)."""
+        """The release to execute, the cases to batch (in run order), harness options (``kv_scale``, ...).
+
+        The DCP replay's ``dcp_ranks`` and ``inject_fault`` default to what ``mla-spec conform``'s
+        ``--dcp-ranks``/``--inject-fault`` put in :data:`DCP_ENV` for its pytest run."""
         self.release = release
         self.pending = list(cases)
         self.rows = {}
-        self.options = dict(options)
+        from_env = {k: os.environ[v] for k, v in DCP_ENV.items() if os.environ.get(v)}
+        self.options = {**from_env, **options}
 
     def unavailable(self, device: str) -> str | None:
         if device.startswith("cuda"):
@@ -86,13 +98,23 @@ class VllmBackend:
         return [
             c
             for c in self.pending[start:]
-            if c.registry == case.registry and self._release_of(c) == release and case_key(c) not in self.rows
+            if c.registry == case.registry
+            and self._release_of(c) == release
+            and (c.shape.dcp_world_size > 1) == (case.shape.dcp_world_size > 1)
+            and case_key(c) not in self.rows
         ][:CHUNK]
 
     def _execute(self, chunk: list[Any], release: str, device: str, kv_len: int) -> None:
-        """Run the chunk in one harness child; a case whose shape is a harness fault is noted and left out."""
-        from spec.realcode.executed.harness import HarnessError, execute, release_code
+        """Run the chunk in one harness child; a case whose shape is a harness fault is noted and left out.
+
+        A chunk of DCP cases (``dcp_world_size > 1``) runs every rank (:mod:`conformance.dcp_replay`):
+        simulated in one process, or as gloo/NCCL processes (option ``dcp_ranks``)."""
+        from conformance import dcp_replay
+        from spec.realcode.executed import harness
+        from spec.realcode.executed.harness import HarnessError, release_code
         from spec.realcode.source import SourceError
+
+        execute = dcp_replay.execute if chunk[0].shape.dcp_world_size > 1 else harness.execute
 
         try:
             code = release_code(release)
@@ -106,7 +128,7 @@ class VllmBackend:
             seed = todo[0].seed
             started = time.time()
             try:
-                rows = execute(code, [c.shape for c in todo], todo[0].registry, options=options, seed=seed)
+                rows = execute(code, [c.shape for c in todo], todo[0].registry, options, seed)
             except HarnessError as e:
                 bad = _faulting_case(str(e), todo)
                 for c in todo if bad is None else [bad]:
@@ -163,6 +185,8 @@ def judge(row: dict[str, Any]) -> dict[str, Any]:
         "metadata": row.get("metadata"),
         "sizing": row.get("sizing"),
     }
+    if "ranks" in row:  # a DCP replay: how the ranks ran, the routes they took, the fault injected
+        out["dcp"] = {"ranks": row["ranks"], "routes": row.get("dcp_routes"), "fault": row.get("fault")}
     outcome = row.get("outcome")
     if row.get("stage") == "refused":
         if not row.get("valid_heads", True):
@@ -228,6 +252,7 @@ def _call_summary(call: dict[str, Any]) -> dict[str, Any]:
         "num_rows",
         "raised",
         "head_map",
+        "rank",
         "replay",
         "computed_by",
     )

@@ -199,9 +199,23 @@ def _print_summary(summary: dict[str, Any], backend: str, console: Console) -> N
     help="vllm backend only: the vLLM release (0.28.0), tree or rocm_aiter_mla.py to execute "
     "(default: each case's revision's release).",
 )
+@click.option(
+    "--dcp-ranks",
+    type=click.Choice(["simulated", "gloo", "nccl"]),
+    default=None,
+    help="vllm backend, cases with dcp_world_size > 1: run the ranks as threads of one process "
+    "(simulated, the default), as gloo processes on the CPU, or as NCCL processes, one GPU each.",
+)
+@click.option(
+    "--inject-fault",
+    type=click.Choice(["drop-rank-lse"]),
+    default=None,
+    help="vllm backend, DCP cases: drop the last rank's LSE (-inf) before the release's merge; "
+    "every DCP case that runs must then be a MISMATCH.",
+)
 @format_option("json")
 def conform_command(
-    backend, cases_path, out, device, fault, kv_len, full_context, workers, vllm, fmt
+    backend, cases_path, out, device, fault, kv_len, full_context, workers, vllm, dcp_ranks, inject_fault, fmt
 ) -> None:
     """Replay cases on a backend against the float32 reference: PASS, MISMATCH, NAN, CRASH, NO_KERNEL,
     SKIP."""
@@ -217,6 +231,8 @@ def conform_command(
             )
     if vllm is not None and backend != "vllm":
         raise BadInput("--vllm is a switch of the vllm backend only")
+    if (dcp_ranks or inject_fault) and backend != "vllm":
+        raise BadInput("--dcp-ranks and --inject-fault are switches of the vllm backend only")
     if not cases_path.is_file():
         raise BadInput(f"--cases {cases_path}: no such file")
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
@@ -260,6 +276,12 @@ def conform_command(
     env = dict(
         os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
     )
+    from conformance.backends.vllm import DCP_ENV  # the vllm backend reads the DCP switches from here
+
+    for name, value in (("dcp_ranks", dcp_ranks), ("inject_fault", inject_fault)):
+        env.pop(DCP_ENV[name], None)
+        if value:
+            env[DCP_ENV[name]] = value
     console = Console(stderr=True, highlight=False)
     log = out.with_suffix(".pytest.log")
     with Progress(
