@@ -114,7 +114,7 @@ VLLM_RAISES = Failure(
     "vLLM rocm_aiter_mla.py AiterMLAMetadataBuilder._build_decode",
 )
 
-# 0.31.0 L296-298 / 0.34.0 L633-636 (_select_dcp_decode_route); 0.29.0 L1909-1912 (forward_mqa)
+# 0.31.0 L296-298 / 0.34.0 L633-636 (_select_dcp_decode_route); 0.29.0 L1886-1890 (forward_mqa)
 DCP_NO_ROUTE = Failure(
     "dcp_no_route",
     "no DCP route for a multi-token step",

@@ -21,7 +21,7 @@ raise for any other DCP multi-token step.  See :func:`dcp_route`.
 Modelled scope, assumptions outside the Shape (docs/explanation/scope.md):
 ``cp_kv_cache_interleave_size`` 1 (vLLM's default; every DCP verify route needs
 it), ``VLLM_ROCM_AITER_MLA_DCP_VERIFY`` at its default ``segmented`` (0.31/0.32),
-a KV block size that is not a multiple of 128 (vLLM's default 16; segmented
+a KV block size that is not a multiple of 128 (vLLM 0.34's default 64; segmented
 MLA's LDS check, 0.33.0 on), and an AITER build with segmented MLA decode (every
 pinned AITER from v0.1.19 has ``aiter/ops/triton/attention/mla.py``
 ``mla_decode_fwd``; sources §60).
@@ -71,6 +71,10 @@ _AITER_FP8_NON_CAUSAL_QLEN2_HEADS = (32, 64, 96, 128)
 _NATIVE_CPRR_HEADS = (16, 32, 64, 128)
 _MIN_CPRR_QLEN = 3
 _SEGMENTED_FP8_MAX_HEADS_GFX942 = 64  # _segmented_mla_fits_lds's bound (0.33.0 L319)
+# vLLM's KV block size default (0.34.0 vllm/config/cache.py L185 ``DEFAULT_BLOCK_SIZE = 64``, set at L489);
+# the segmented LDS check's bf16 branch is modelled for block sizes that are not multiples of 128 (the module
+# docstring), and the lifted real code runs with this one.
+DEFAULT_BLOCK_SIZE = 64
 # Every AITER the releases pin (v0.1.19 on) exposes the segmented MLA decode the DCP verify loads
 # (aiter/ops/triton/attention/mla.py ``mla_decode_fwd``; vLLM 0.29.0 L176-186
 # ``_segmented_mla_decode_supported``).
@@ -244,7 +248,7 @@ def dcp_config(f: Features, s: Any, heads: Term) -> DCPConfig:
 def dcp_route(f: Features, s: Any, c: DCPConfig, causal: Term) -> tuple[Term, Term]:
     """The step's DCP route and whether choosing it raises (``_select_dcp_decode_route``, 0.31.0 L282-298,
     0.34.0 L616-636; 0.29/0.30: ``use_segmented_dcp_verify = supports and qlen > 1`` L968, whatever the
-    block's causality, and forward_mqa's RuntimeError for any other DCP multi-token step, 0.29.0 L1909)."""
+    block's causality, and forward_mqa's RuntimeError for any other DCP multi-token step, 0.29.0 L1886-1890)."""
     qlen = s.max_qo_len
     dcp = s.dcp_world_size > 1
     if not f.dcp_route_enum:
@@ -270,7 +274,7 @@ def dcp_route(f: Features, s: Any, c: DCPConfig, causal: Term) -> tuple[Term, Te
     return route, no_route
 
 
-def _divides_cprr_heads(h: Term, m: Term) -> Term:
+def divides_cprr_heads(h: Term, m: Term) -> Term:
     """``m % h == 0`` for a native cprr head count ``m`` (get_mla_padded_q with target_heads, 0.34.0
     L2510-2530), as membership: exact and linear."""
     return any_of(
@@ -309,7 +313,7 @@ def route(f: Features, s: Any, reg: Registry) -> Route:
         not_(use_triton_verify),
         any_of(not_(causal), heads >= 16, qlen <= ASM_PADDED_MAX_PS_QLEN, fp8),
     )
-    # the CPRR route pads the query to its native cprr head count (0.34.0 L3624-3637)
+    # the CPRR route pads the query to its native cprr head count (0.34.0 L3605-3637)
     pad_to_cprr = all_of(cprr, c.cprr_heads > heads)
     m = if_then_else(pad_to_cprr, c.cprr_heads, m_plain)
     raises = (
@@ -332,7 +336,7 @@ def route(f: Features, s: Any, reg: Registry) -> Route:
             heads,
             m,
             any_of(
-                all_of(pad_to_cprr, _divides_cprr_heads(heads, m)),
+                all_of(pad_to_cprr, divides_cprr_heads(heads, m)),
                 all_of(not_(pad_to_cprr), divides_padded(heads, m_plain)),
             ),
         ),

@@ -536,7 +536,7 @@ INVARIANTS: tuple[Invariant, ...] = (
         why="forward_mqa's Gluon paths return (o, None); the MLA layer asserts the LSE before merging the "
         "ranks (mla_attention.py 'assert lse is not None').",
         symptom="a crash at the first DCP decode step on that path: AssertionError in the MLA layer",
-        source="vLLM 0.34.0 rocm_aiter_mla.py L3469, L3532; mla_attention.py L1170-1171 (sources §60)",
+        source="vLLM 0.34.0 rocm_aiter_mla.py L3481, L3543; mla_attention.py L1170-1171 (sources §60)",
         holds=_dcp_returns_lse,
         detail=_dcp_described,
         anchor="def use_gluon_decode",
@@ -549,7 +549,7 @@ INVARIANTS: tuple[Invariant, ...] = (
         "Triton verify; without one vLLM raises RuntimeError (0.29/0.30 in forward_mqa, 0.31+ in "
         "_select_dcp_decode_route).",
         symptom="a crash at the first speculative DCP decode step: RuntimeError",
-        source="vLLM 0.29.0 L1909-1912; 0.31.0 L282-298; 0.34.0 L616-636 (sources §60)",
+        source="vLLM 0.29.0 L1886-1890; 0.31.0 L282-298; 0.34.0 L616-636 (sources §60)",
         holds=_dcp_verify_routed,
         detail=_dcp_described,
         anchor="def _build_decode",

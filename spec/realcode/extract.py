@@ -40,12 +40,13 @@ PREDICATES = (
     "get_mla_unpadded_o",
     "has_fp8_non_causal_qlen2_kernel",
 )
-# Locals of _build_decode besides the gate that decide the path (returned with it).
-PATH_LOCALS = ("use_triton_verify",)
+# Locals of _build_decode besides the gate that decide the path (returned with it): 0.34's Triton verify,
+# the DCP route (0.31 on) and the segmented DCP verify flag (0.29/0.30).
+PATH_LOCALS = ("use_triton_verify", "dcp_route", "use_segmented_dcp_verify")
 GATE_VARIABLE = "use_persistent_metadata"
 # Values the harness hands the builder slices (the rest must be computed by the sliced code).
 BUILD_INPUTS = ("self", "max_qo_len")
-INIT_INPUTS = ("self", "vllm_config")
+INIT_INPUTS = ("self", "kv_cache_spec", "vllm_config")
 HARNESS_BUILDER_ATTRS = (
     "num_heads",
     "dcp_world_size",
@@ -53,9 +54,6 @@ HARNESS_BUILDER_ATTRS = (
     "reorder_batch_threshold",
     "_kv_cache_bytes",
     "_decode_causal",
-    "_supports_segmented_dcp_verify",
-    "_use_triton_dcp_verify",
-    "_asm_dcp_verify",
 )
 # Module-level imports of the real file whose names the sandbox provides as stubs.
 STUB_NAMES = frozenset(
@@ -73,6 +71,7 @@ STUB_NAMES = frozenset(
         "on_gfx950",
         "on_gfx942",
         "get_cdna_version",
+        "largest_power_of_2_divisor",
     }
 )
 STUB_MODULES = frozenset(
@@ -81,6 +80,7 @@ STUB_MODULES = frozenset(
         "vllm.platforms.rocm",
         "vllm.platforms",
         "aiter.jit.core",
+        "aiter.ops.triton.attention.mla",
         "functools",
         "math",
     }
@@ -127,6 +127,7 @@ SAFE_BUILTIN_NAMES = frozenset(
         "ZeroDivisionError",
         "ModuleNotFoundError",
         "AttributeError",
+        "getattr",
     }
 )
 
@@ -339,9 +340,13 @@ def extract(source: Source) -> Extracted:
             wanted_attrs |= _self_attrs(s) - set(HARNESS_BUILDER_ATTRS)
     init_slice.sort(key=init.body.index)
     locals_needed = set().union(*(_loads(s) for s in init_slice)) - _module_or_stub(tree) - {HELPER}
-    first = min(init.body.index(s) for s in init_slice)
-    init_slice = (
-        _backward_slice(label, init.body[:first], locals_needed, INIT_INPUTS, "__init__") + init_slice
+    # The locals those statements read, computed anywhere before the last of them (0.34.0 sets the cache dtype
+    # between its DCP statements).
+    last = max(init.body.index(s) for s in init_slice)
+    earlier = [s for s in init.body[:last] if s not in init_slice]
+    init_slice = sorted(
+        _backward_slice(label, earlier, locals_needed, INIT_INPUTS, "__init__") + init_slice,
+        key=init.body.index,
     )
     init_fn = _function("mla_spec_builder_init", _args(*INIT_INPUTS), init_slice)
 

@@ -14,9 +14,13 @@ in, the kernel request, the AITER registry); the executed differential of
 ``mla-spec bind`` checks those against the release's real decode path.
 
 Harness assumptions (docs/fidelity.md): the builder's dtype string is the
-cache dtype with fp8 spellings normalised to "fp8"; DCP routes are not modelled
-(releases with ``_decode_num_heads`` are checked at dcp_world_size 1); the
-Gluon verify is the row flatten (batch R*Q) until 0.28 and native 4-D MTP
+cache dtype with fp8 spellings normalised to "fp8"; the DCP configuration is
+the builder's own ``__init__`` (lifted) with interleave 1, the group's cache
+dtype and vLLM's default block size; forward_mqa is not lifted, so its DCP
+pieces are the model's (the ASM call asks for the LSE under DCP, the CPRR route
+pads to its head count, 0.29/0.30's RuntimeError for an unrouted DCP multi-token
+step); releases before 0.29 are checked at dcp_world_size 1 (vLLM refuses DCP
+with them); the Gluon verify is the row flatten (batch R*Q) until 0.28 and native 4-D MTP
 (batch R) after; head padding is the model's (get_mla_padded_q takes tensors).
 """
 
@@ -31,7 +35,7 @@ from typing import Any
 import z3
 
 from mla_model.derived import is_quantized_kv_cache, parallel_drafting, reorder_batch_threshold
-from mla_model.logic import EnumTerm, Term, all_of, choose, eq, implies, not_
+from mla_model.logic import EnumTerm, Term, all_of, any_of, choose, eq, if_then_else, implies, not_
 from mla_model.registry import Registry
 from mla_model.revisions.base import (
     Revision,
@@ -39,17 +43,17 @@ from mla_model.revisions.base import (
     asm_request,
     causal_only,
     divides_padded,
-    no_dcp,
     forward_path,
+    no_dcp,
     padding_of,
 )
-from mla_model.revisions.dcp_era import fp8_v_scale_fix
-from mla_model.route import Route
+from mla_model.revisions.dcp_era import DEFAULT_BLOCK_SIZE, divides_cprr_heads, fp8_v_scale_fix
+from mla_model.route import DCP_ROUTES, Route
 from mla_model.shape import KV_CACHE_DTYPES, Shape
 from spec.proof.terms import symbolic_shape
 from spec.realcode.extract import extract
 from spec.realcode.sandbox import LoadedCode
-from spec.realcode.source import Source, resolve
+from spec.realcode.source import Source, SourceError, resolve
 from spec.realcode.symexec import (
     LIFTING_BUILTINS,
     Explorer,
@@ -60,7 +64,22 @@ from spec.realcode.symexec import (
     fold,
 )
 
-OUTPUTS = ("gd", "builder_gv", "impl_gv", "gate", "wants", "triton", "T", "m", "H", "heads_valid", "raises")
+OUTPUTS = (
+    "gd",
+    "builder_gv",
+    "impl_gv",
+    "gate",
+    "wants",
+    "triton",
+    "T",
+    "m",
+    "H",
+    "heads_valid",
+    "raises",
+    "droute",
+    "cprr_heads",
+    "dcp_raises",
+)
 
 
 def builder_kv_cache_dtype(kv_cache_dtype: Term) -> Term:
@@ -99,6 +118,8 @@ class RealGates:
         # model's formula stands in for it (dcp_era.fp8_v_scale_fix), and the executed differential checks
         # that formula against the release's builder and forward_mqa shape by shape (sources §57).
         self.rescales_v = "fp8_v_scale_fix" in source.text
+        # 0.31.0+: the builder declares non-causal draft blocks under DCP (backend.py validate_configuration)
+        self.non_causal_dcp = "supports_non_causal_multi_token_dcp" in source.text
 
     def outputs(self, s: Any, wrap: Any = lambda name, v: v) -> dict[str, Any]:
         """Every routing answer of the release for shape ``s`` (plain or symbolic via ``wrap``)."""
@@ -126,11 +147,23 @@ class RealGates:
             reorder_batch_threshold=wrap("rbt", self.threshold(s)),
             _kv_cache_bytes=kv_bytes,
             _decode_causal=causal,
-            _supports_segmented_dcp_verify=False,
-            _use_triton_dcp_verify=False,
-            _asm_dcp_verify=False,
         )
-        b = self.code.builder(attrs, types.SimpleNamespace(speculative_config=spec))
+        # What the builder's __init__ reads to configure DCP: the parallel config (interleave 1, the modelled
+        # scope), the group's cache dtype and block size (dcp_era.DEFAULT_BLOCK_SIZE).
+        kv_cache_spec = types.SimpleNamespace(block_size=DEFAULT_BLOCK_SIZE, cache_dtype_str=raw_dtype)
+        vllm_config = types.SimpleNamespace(
+            speculative_config=spec,
+            parallel_config=types.SimpleNamespace(
+                decode_context_parallel_size=dcp, cp_kv_cache_interleave_size=1
+            ),
+            cache_config=types.SimpleNamespace(cache_dtype=raw_dtype),
+        )
+        try:
+            b = self.code.builder(attrs, kv_cache_spec, vllm_config)
+        except SourceError:  # the sandbox refusing the code: not the release raising
+            raise
+        except ValueError:  # 0.33.0+: DCP verify with no cprr head count and no segmented MLA
+            return self._raising(heads)
         H = getattr(b, "_decode_num_heads", heads)
         common = dict(
             num_heads=H, max_qo_len=qlen, dcp_world_size=dcp, causal=causal, kv_cache_bytes=kv_bytes
@@ -142,7 +175,21 @@ class RealGates:
         else:
             builder_gv = None
             impl_gv = self.code.inline_verify(types.SimpleNamespace(num_heads=heads), qlen)
-        gate, path_locals = self.code.persistent_gate(b, qlen)
+        try:
+            gate, path_locals = self.code.persistent_gate(b, qlen)
+        except RuntimeError:  # 0.31.0+ _select_dcp_decode_route: no route for a DCP multi-token step
+            return self._raising(heads, H)
+        droute = self._dcp_route(path_locals)
+        # 0.29/0.30 raise in forward_mqa (not lifted; its test, 0.29.0 L1886-1890) for a DCP multi-token step
+        # that neither Gluon branch nor the segmented verify takes.
+        forward_raises = (
+            "use_segmented_dcp_verify" in path_locals
+            and dcp > 1
+            and qlen > 1
+            and not path_locals["use_segmented_dcp_verify"]
+            and not gd
+            and not impl_gv
+        )
         T = b._mtp_decode_qlen
         b._mtp_decode_qlen = qlen  # the gate without its 1 <= qlen <= _mtp_decode_qlen clause
         wants, _ = self.code.persistent_gate(b, qlen)
@@ -157,6 +204,7 @@ class RealGates:
                 and builder_dtype == "fp8"
                 and not self.code.call("has_fp8_non_causal_qlen2_kernel", num_heads=H)
             )
+        dcp_raises = bool(forward_raises)
         return dict(
             gd=gd,
             builder_gv=builder_gv,
@@ -168,7 +216,40 @@ class RealGates:
             m=self.code.call("get_actual_mla_num_heads", num_heads=H),
             H=H,
             heads_valid=heads_valid,
-            raises=raises,
+            raises=raises or dcp_raises,
+            droute=droute,
+            cprr_heads=getattr(b, "_asm_dcp_verify_heads", 0),
+            dcp_raises=dcp_raises,
+        )
+
+    @staticmethod
+    def _dcp_route(path_locals: dict[str, Any]) -> Any:
+        """The step's DCP route as an index of DCP_ROUTES: _DCPDecodeRoute's value (0.31 on), or the
+        segmented flag (0.29/0.30), else PLAIN."""
+        if "dcp_route" in path_locals:
+            return DCP_ROUTES.index(path_locals["dcp_route"].value)
+        if "use_segmented_dcp_verify" in path_locals:
+            return DCP_ROUTES.index("segmented") if path_locals["use_segmented_dcp_verify"] else 0
+        return 0
+
+    def _raising(self, heads: Any, decode_heads: Any = None) -> dict[str, Any]:
+        """The outputs of a step on which the release raises before any kernel (every gate closed)."""
+        H = heads if decode_heads is None else decode_heads
+        return dict(
+            gd=False,
+            builder_gv=False if self.has_verify else None,
+            impl_gv=False,
+            gate=False,
+            wants=False,
+            triton=False,
+            T=1,
+            m=H,
+            H=H,
+            heads_valid=True,
+            raises=True,
+            droute=0,
+            cprr_heads=0,
+            dcp_raises=True,
         )
 
     def lift(self) -> dict[str, Any]:
@@ -183,8 +264,8 @@ class RealGates:
                 return SymBool(value)
             return SymInt(value)
 
-        # Releases with DCP decode routes are checked at dcp 1 (their scope): explore only there.
-        scope = [sym.variables["dcp_world_size"] == 1] if self.gathers_dcp else []
+        # Releases before DCP are checked at dcp 1 (vLLM refuses DCP with them at startup).
+        scope = [] if self.gathers_dcp else [sym.variables["dcp_world_size"] == 1]
         explorer = Explorer([*sym.domain, *scope])
         paths = explorer.explore(lambda: self.outputs(view, wrap))
         lifted: dict[str, Any] = {}
@@ -238,18 +319,32 @@ def _real_revision(source: Source, lifting: bool) -> Revision:
 
     def route(s: Any, reg: Registry) -> Route:
         o = outputs(s)
-        H, m = o["H"], o["m"]
+        H = o["H"]
+        droute = EnumTerm(DCP_ROUTES, o["droute"]) if z3.is_expr(o["droute"]) else DCP_ROUTES[o["droute"]]
+        # forward_mqa pads the query to the cprr head count on the CPRR route (0.34.0 L3605-3637; not lifted)
+        pad_to_cprr = all_of(eq(droute, "cprr"), o["cprr_heads"] > H)
+        m = if_then_else(pad_to_cprr, o["cprr_heads"], o["m"])
+        divisor = any_of(
+            all_of(pad_to_cprr, divides_cprr_heads(H, m)), all_of(not_(pad_to_cprr), divides_padded(H, m))
+        )
         return Route(
-            path=forward_path(o["gd"], o["impl_gv"], o["gate"], o["triton"]),
+            path=forward_path(o["gd"], o["impl_gv"], o["gate"], o["triton"], dcp_route=droute),
             use_gluon_decode=o["gd"],
             use_gluon_verify=o["impl_gv"],
             use_persistent_metadata=o["gate"],
             wants_persistent_metadata=o["wants"],
             mtp_decode_qlen=o["T"],
             decode_heads=H,
-            head_padding=padding_of(H, m, divides_padded(H, m)),
+            head_padding=padding_of(H, m, divisor),
             padded_q_heads=m,
-            request=asm_request(s, m, o["gate"], causal=s.causal if concrete.takes_causal else True),
+            request=asm_request(
+                s,
+                m,
+                o["gate"],
+                causal=s.causal if concrete.takes_causal else True,
+                lse=s.dcp_world_size > 1,  # forward_mqa's DCP call asks for the LSE (not lifted)
+                cprr=eq(droute, "cprr"),
+            ),
             gluon_batch_is_one=all_of(s.num_reqs == 1, s.max_qo_len == 1)
             if concrete.flatten_verify
             else s.num_reqs == 1,
@@ -259,6 +354,8 @@ def _real_revision(source: Source, lifting: bool) -> Revision:
             v_scale_fix=fp8_v_scale_fix(s, reg, m, is_quantized_kv_cache(s.kv_cache_dtype), o["gate"])
             if concrete.rescales_v
             else False,
+            dcp_route=droute,
+            dcp_raises=o["dcp_raises"],
         )
 
     def scope(reg: Registry) -> list[Rule]:
@@ -268,21 +365,21 @@ def _real_revision(source: Source, lifting: bool) -> Revision:
         elif not concrete.takes_causal:
             rules += causal_only(reg)
         else:
+            non_causal_dcp = concrete.non_causal_dcp
             rules.append(
                 (
                     "non-causal blocks only where supports_non_causal (gfx950, AITER takes causal=) "
-                    "for parallel drafters",
+                    "for parallel drafters"
+                    + ("" if non_causal_dcp else ", at dcp 1 (no supports_non_causal_multi_token_dcp)"),
                     lambda s: implies(
                         not_(s.causal),
-                        all_of(eq(s.arch, "gfx950"), reg.lookup_takes_causal, parallel_drafting(s)),
+                        all_of(
+                            eq(s.arch, "gfx950"),
+                            reg.lookup_takes_causal,
+                            parallel_drafting(s),
+                            True if non_causal_dcp else s.dcp_world_size == 1,
+                        ),
                     ),
-                )
-            )
-        if concrete.gathers_dcp:
-            rules.append(
-                (
-                    "lifted scope: dcp_world_size == 1 (the DCP routes are not lifted; bind executes them)",
-                    lambda s: s.dcp_world_size == 1,
                 )
             )
         return rules

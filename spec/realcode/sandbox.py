@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from mla_model.revisions.dcp_era import AITER_HAS_SEGMENTED_MLA
 from spec.realcode.extract import HELPER, SAFE_BUILTIN_NAMES, STUB_MODULES, Extracted, RefusedCode
 from spec.realcode.symexec import LiftingUnsupported
 
@@ -158,7 +159,13 @@ class LoadedCode:
         )
         envs = _Envs(p)
         platforms = types.SimpleNamespace(rocm=rocm)
+        # AITER's segmented MLA decode, which vLLM's DCP verify loads (every pinned AITER has it; the model's
+        # scope, mla_model.revisions.dcp_era.AITER_HAS_SEGMENTED_MLA)
+        segmented = (
+            types.SimpleNamespace(mla_decode_fwd=_segmented_mla_decode) if AITER_HAS_SEGMENTED_MLA else None
+        )
         modules = {
+            "aiter.ops.triton.attention.mla": segmented,
             "vllm.envs": envs,
             "vllm.platforms.rocm": rocm,
             "vllm.platforms": platforms,
@@ -170,13 +177,14 @@ class LoadedCode:
         def stub_import(name, globals=None, locals=None, fromlist=(), level=0):
             if name == "aiter.jit.core":
                 raise ImportError("mla-spec sandbox: AITER sources are not available (native H24 off)")
-            if name not in STUB_MODULES or name not in modules:
+            if name not in STUB_MODULES or modules.get(name) is None:
                 raise ImportError(f"mla-spec sandbox: import of {name!r} refused")
             return modules[name] if fromlist else modules[name.split(".")[0]]
 
         safe = {n: getattr(builtins, n) for n in SAFE_BUILTIN_NAMES if hasattr(builtins, n)}
         safe.update(builtins_override or {})
         safe["__import__"] = stub_import
+        safe["getattr"] = _public_getattr
         safe["__build_class__"] = builtins.__build_class__
         self.namespace: dict[str, Any] = {
             "__builtins__": safe,
@@ -193,6 +201,8 @@ class LoadedCode:
             "on_gfx950": rocm.on_gfx950,
             "on_gfx942": rocm.on_gfx942,
             "get_cdna_version": rocm.get_cdna_version,
+            # vllm/utils/math_utils.py L37-39 (0.33.0): the lowest set bit
+            "largest_power_of_2_divisor": lambda n: n & (-n),
             "__mla_spec_pow__": bounded_pow,
             "__mla_spec_lshift__": bounded_lshift,
         }
@@ -247,11 +257,12 @@ class LoadedCode:
             self._params[predicate] = tuple(inspect.signature(getattr(self.helper, predicate)).parameters)
         return self._params[predicate]
 
-    def builder(self, attrs: dict[str, Any], vllm_config: Any) -> Any:
-        """A stub builder whose __init__ slice has run (sets _mtp_decode_qlen and friends)."""
+    def builder(self, attrs: dict[str, Any], kv_cache_spec: Any, vllm_config: Any) -> Any:
+        """A stub builder whose __init__ slice has run (sets _mtp_decode_qlen, the DCP configuration and
+        friends)."""
         builder = types.SimpleNamespace(**attrs)
         self.refresh_caches()
-        self._guard(self.namespace["mla_spec_builder_init"], builder, vllm_config)
+        self._guard(self.namespace["mla_spec_builder_init"], builder, kv_cache_spec, vllm_config)
         return builder
 
     def persistent_gate(self, builder: Any, max_qo_len: Any) -> Any:
@@ -292,6 +303,24 @@ class _Envs:
     @property
     def VLLM_ROCM_AITER_MLA_ASM_PADDING(self) -> Any:  # noqa: N802 - vLLM's name
         return self._platform.mode
+
+    @property
+    def VLLM_ROCM_AITER_MLA_DCP_VERIFY(self) -> str:  # noqa: N802 - vLLM's name (0.31.0/0.32.0 only)
+        """Its default, ``segmented`` (0.31.0 vllm/envs.py L148): the modelled scope (dcp_era)."""
+        return "segmented"
+
+
+def _public_getattr(obj: Any, name: str, *default: Any) -> Any:
+    """``getattr`` for the real code's ``getattr(kv_cache_spec, "cache_dtype_str", None)``: public names
+    only, so no dunder reaches the sandbox's objects."""
+    if not isinstance(name, str) or name.startswith("_"):
+        raise RefusedCode(f"the gate code reads attribute {name!r} by getattr, which the sandbox refuses")
+    return getattr(obj, name, *default)
+
+
+def _segmented_mla_decode(*args: Any, **kwargs: Any) -> Any:
+    """Present so the DCP verify's import probe succeeds; the gates never call the kernel."""
+    raise RefusedCode("the gate code called AITER's segmented MLA decode, which only the harness runs")
 
 
 def _cdna(arch: Any) -> Any:
