@@ -92,39 +92,12 @@ def prepare(module: Any, shape: Any, registry: Any, options: dict[str, Any], see
 
 
 def local_inputs(step: Step, rank: int) -> tuple[Any, Any, Any]:
-    """Rank ``rank``'s query heads, KV cache and CommonAttentionMetadata."""
-    import torch
-    from vllm.v1.attention.backends.utils import get_dcp_local_seq_lens
+    """Rank ``rank``'s query heads, KV cache and CommonAttentionMetadata (:func:`dcp_rank_inputs`)."""
+    from spec.realcode.executed.configs import dcp_rank_inputs
 
-    from spec.realcode.executed.configs import option
-
-    batch, world, heads = step.batch, step.world, step.shape.num_heads
-    cache = batch.kv_cache.clone()  # rows the rank does not hold keep other tokens' values
-    block = cache.shape[1]
-    flat_src, flat_dst = batch.kv_cache.view(-1, cache.shape[-1]), cache.view(-1, cache.shape[-1])
-    table = batch.block_table.long()
-    src, dst = [], []
-    for b, length in enumerate(batch.kv_lens):
-        local = torch.arange(len(range(rank, length, world)))
-        pos = local * world + rank
-        src.append(table[b, pos // block] * block + pos % block)
-        dst.append(table[b, local // block] * block + local % block)
-    flat_dst[torch.cat(dst).to(cache.device)] = flat_src[torch.cat(src).to(cache.device)]
-    common = batch.common
-    # The worker's block table is cdiv(max_model_len, block_size) wide (KVCacheSpec.max_num_blocks_per_req,
-    # vllm/v1/kv_cache_interface.py 0.34.0 L279-289); DCP verify's row view relies on it (rocm_aiter_mla.py
-    # 0.34.0 L1793-1797).  Columns past a request's pages are never read.
-    width = -(-int(option(step.options, "max_model_len")) // block)
-    table_wide = common.block_table_tensor.new_zeros(table.shape[0], max(width, table.shape[1]))
-    table_wide[:, : table.shape[1]] = common.block_table_tensor
-    local_lens = get_dcp_local_seq_lens(common.seq_lens, world, rank, 1)
-    common = dataclasses.replace(
-        common,
-        block_table_tensor=table_wide,
-        dcp_local_seq_lens=local_lens,
-        dcp_local_seq_lens_cpu=local_lens.cpu(),
-    )
-    q = batch.q[:, rank * heads : (rank + 1) * heads].contiguous()
+    cache, common = dcp_rank_inputs(step.batch, step.world, rank, step.options)
+    heads = step.shape.num_heads
+    q = step.batch.q[:, rank * heads : (rank + 1) * heads].contiguous()
     return q, cache, common
 
 

@@ -10,7 +10,7 @@ from mla_model.route import KernelRequest
 
 def asm_request(call: dict[str, Any]) -> KernelRequest:
     """The ASM request of a recorded ``mla_decode_fwd`` call, as vLLM made it (no ``causal`` passed: the
-    causal default AITER takes)."""
+    causal default AITER takes; ``return_lse`` and ``g_kv_indptr`` as the DCP path passes them)."""
     return KernelRequest(
         q_dtype=call["q_dtype"],
         kv_dtype=call["kv_dtype"],
@@ -18,4 +18,6 @@ def asm_request(call: dict[str, Any]) -> KernelRequest:
         kernel_qlen=call["max_seqlen_q"],
         persistent=call["persistent"],
         causal=True if call.get("causal") is None else bool(call["causal"]),
+        lse=bool(call.get("return_lse", False)),
+        cprr="g_kv_indptr" in call.get("extra", ()),
     )

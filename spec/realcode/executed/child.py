@@ -166,9 +166,22 @@ class Step:
                 return out
             out["stage"] = "build"
             gen = torch.Generator().manual_seed(seed)
-            batch = configs.batch(shape, self.options, gen, device)
+            # Under DCP (0.29 on) this is rank 0: the query holds every DCP-gathered head (the MLA layer's
+            # all-gather), the cache and metadata the rank's round-robin shard (configs.dcp_rank_inputs).
+            dcp = shape.dcp_world_size if hasattr(self.module.AiterMLAImpl, "_decode_num_heads") else 1
+            batch = configs.batch(
+                shape.replace(num_heads=shape.num_heads * dcp) if dcp > 1 else shape,
+                self.options,
+                gen,
+                device,
+            )
             out["_batch"] = batch
-            metadata = builder.build(0, batch.common)
+            cache, common = (
+                configs.dcp_rank_inputs(batch, dcp, 0, self.options)
+                if dcp > 1
+                else (batch.kv_cache, batch.common)
+            )
+            metadata = builder.build(0, common)
             decode = metadata.decode
             out["decode"] = {
                 "max_qo_len": int(decode.max_qo_len),
@@ -181,12 +194,17 @@ class Step:
             impl = self.module.AiterMLAImpl(**configs.impl_args(shape))
             layer = configs.layer(shape, self.options, device)
             q = batch.q
-            result = impl.forward_mqa(q, batch.kv_cache, metadata, layer)
+            result = impl.forward_mqa(q, cache, metadata, layer)
             out["stage"] = "done"
             out["outcome"] = "ran"
             o = result[0] if isinstance(result, tuple) else result
             out["output_shape"] = list(o.shape)
-            if self.replay:
+            if dcp > 1 and (not isinstance(result, tuple) or result[1] is None):
+                # the MLA layer's DCP merge asserts the LSE (mla_attention.py 0.34.0 L1170-1171)
+                out["outcome"] = "vllm_raises"
+                out["error"] = "AssertionError: forward_mqa returned no LSE, which the DCP merge asserts"
+                out["where"] = "MLAAttention forward (DCP merge)"
+            elif self.replay and dcp == 1:  # a DCP step's output is one rank's part: conformance.dcp_replay
                 out["verdict"] = self.replay.verdict(shape, batch, o, out, self.options)
         except Exception as e:  # noqa: BLE001  (classified below; stub faults re-raised)
             if stub_fault(e):

@@ -221,6 +221,47 @@ def batch(shape: Shape, options: dict[str, Any], gen: torch.Generator, device: t
     return Batch(common, q.to(device), q_true, cache.to(device), kv_true, kv_lens, table)
 
 
+def dcp_rank_inputs(batch: Batch, world: int, rank: int, options: dict[str, Any]) -> tuple[Any, Any]:
+    """One DCP rank's KV cache and CommonAttentionMetadata, cut from a global batch as vLLM lays them out.
+
+    vLLM shards the KV round robin (token ``t`` on rank ``t % world``, ``cp_kv_cache_interleave_size`` 1;
+    rocm_aiter_mla.py 0.34.0 L570-590): the rank's cache holds its local tokens (local token ``j`` of a
+    request is global token ``j * world + rank``, at block-table column ``j // block_size``, as vLLM's slot
+    mapping puts it), and its metadata carries ``dcp_local_seq_lens`` from the release's
+    ``get_dcp_local_seq_lens``.  The block table is ``cdiv(max_model_len, block_size)`` wide, as the
+    worker's is (KVCacheSpec.max_num_blocks_per_req, vllm/v1/kv_cache_interface.py 0.34.0 L279-289): DCP
+    verify's row view relies on it (rocm_aiter_mla.py 0.34.0 L1793-1797).  The query is the global batch's:
+    every rank decodes all DCP-gathered heads.
+    """
+    import dataclasses
+
+    from vllm.v1.attention.backends.utils import get_dcp_local_seq_lens
+
+    cache = batch.kv_cache.clone()  # rows the rank does not hold keep other tokens' values
+    block = cache.shape[1]
+    flat_src, flat_dst = batch.kv_cache.view(-1, cache.shape[-1]), cache.view(-1, cache.shape[-1])
+    table = batch.block_table.long()
+    src, dst = [], []
+    for b, length in enumerate(batch.kv_lens):
+        local = torch.arange(len(range(rank, length, world)))
+        pos = local * world + rank
+        src.append(table[b, pos // block] * block + pos % block)
+        dst.append(table[b, local // block] * block + local % block)
+    flat_dst[torch.cat(dst).to(cache.device)] = flat_src[torch.cat(src).to(cache.device)]
+    common = batch.common
+    width = -(-int(option(options, "max_model_len")) // block)
+    table_wide = common.block_table_tensor.new_zeros(table.shape[0], max(width, table.shape[1]))
+    table_wide[:, : table.shape[1]] = common.block_table_tensor
+    local_lens = get_dcp_local_seq_lens(common.seq_lens, world, rank, 1)
+    common = dataclasses.replace(
+        common,
+        block_table_tensor=table_wide,
+        dcp_local_seq_lens=local_lens,
+        dcp_local_seq_lens_cpu=local_lens.cpu(),
+    )
+    return cache, common
+
+
 def impl_args(shape: Shape) -> dict[str, Any]:
     """AiterMLAImpl's constructor arguments as MLAAttention passes them (heads per rank, the cache dtype)."""
     return dict(

@@ -46,6 +46,7 @@ from mla_model.revisions.base import Revision
 from mla_model.shape import (
     ARCHS,
     ASM_PADDING_MODES,
+    DCP_WORLD_SIZES,
     FP8_KV_CACHE_DTYPES,
     GIB,
     KV_CACHE_DTYPES,
@@ -81,6 +82,7 @@ class Differential:
     seconds: float = 0.0
     compared: dict[str, int] = field(default_factory=dict)
     disagreements: list[Disagreement] = field(default_factory=list)
+    shapes_by_dcp: dict[int, int] = field(default_factory=dict)  # shapes run per dcp_world_size
 
     def to_json(self, limit: int = 20) -> dict[str, Any]:
         by_field: dict[str, int] = {}
@@ -91,6 +93,7 @@ class Differential:
             "valid": self.valid,
             "seconds": round(self.seconds, 2),
             "shapes_per_second": round(self.shapes / self.seconds, 1) if self.seconds else None,
+            "shapes_by_dcp": {str(k): v for k, v in sorted(self.shapes_by_dcp.items())},
             "compared": self.compared,
             "disagreements_by_field": by_field,
             "disagreements": [d.to_json() for d in self.disagreements[:limit]],
@@ -121,6 +124,10 @@ def observed(row: dict[str, Any]) -> dict[str, Any]:
         out["kv_scale"] = call["kv_scale"]
     elif entry == "decode_attention_fwd_verify":
         out["path"] = "triton_verify"
+    elif entry == "decode_attention_fwd":  # vLLM's split-KV decode: the gfx942 DCP row view (0.33.0 on)
+        out["path"] = "triton_dcp_verify"
+    elif entry == "segmented_mla_decode_fwd":  # AITER's segmented MLA: the DCP row view
+        out["path"] = "segmented_dcp_verify"
     elif entry == "mla_decode_fwd":
         out["path"] = "asm_persistent" if call["persistent"] else "asm_nonpersistent"
         out["padded_heads"] = call["q_shape"][1]
@@ -129,6 +136,8 @@ def observed(row: dict[str, Any]) -> dict[str, Any]:
         out["q_dtype"], out["kv_dtype"] = call["q_dtype"], call["kv_dtype"]
         out["kv_scale"] = call["kv_scale"]
         out["v_scale_fix"] = bool((row.get("decode") or {}).get("fp8_v_scale_fix", False))
+        out["lse"] = bool(call.get("return_lse", False))
+        out["cprr"] = "g_kv_indptr" in call.get("extra", ())
         if "head_map" in call:
             out["head_padding"] = padding_kind(call["head_map"])
         if "kernel" in call:
@@ -174,6 +183,7 @@ def expected(revision: Revision, reg: Registry, shape: Shape, options: dict[str,
         out["kv_scale"] = true_kv_scale if r.kv_scale_passed else 1.0
     elif r.path in ("asm_persistent", "asm_nonpersistent"):
         req = r.request
+        out["lse"], out["cprr"] = bool(req.lse), bool(req.cprr)
         out["padded_heads"] = int(r.padded_q_heads)
         out["output_heads"] = int(req.padded_heads)
         out["kernel_qlen"] = int(req.kernel_qlen)
@@ -198,6 +208,8 @@ def compare(
         shape = Shape.from_json(row["shape"])
         seen, want = observed(row), expected(revision, reg, shape, options)
         result.shapes += 1
+        dcp = int(row["shape"].get("dcp_world_size", 1))
+        result.shapes_by_dcp[dcp] = result.shapes_by_dcp.get(dcp, 0) + 1
         result.valid += int(seen["validity"] and want["validity"])
         if seen["validity"] != want["validity"]:
             result.disagreements.append(
@@ -218,8 +230,9 @@ def random_shapes(revision: Revision, reg: Registry, count: int, seed: int) -> l
     Drawn over the whole box: every arch, KV dtype, mode, drafter (k 1..7), heads
     1..128 (the most any MLA checkpoint has: a deployment fact, not a vLLM rule,
     so it is not compared), qlen 1..16, 1..40 requests, both sides of 2 GiB, Gluon build where it
-    can exist, cudagraph modes and causal blocks; only shapes inside the
-    revision's modelled scope are kept (dcp 1 here).
+    can exist, cudagraph modes, causal blocks and every DCP size (half the shapes at dcp 1, heads
+    per rank drawn so the gathered heads stay within 128); only shapes inside the revision's
+    modelled scope are kept.
     """
     rng = random.Random(seed)
     scope = revision.scope(reg)
@@ -229,13 +242,18 @@ def random_shapes(revision: Revision, reg: Registry, count: int, seed: int) -> l
         arch = rng.choice(ARCHS)
         kv = rng.choice(KV_CACHE_DTYPES)
         method = rng.choice(SPEC_METHODS)
+        dcp = rng.choice((1, 1, 1, *DCP_WORLD_SIZES[1:]))
+        most = MAX_MLA_QUERY_HEADS // dcp
         shape = Shape(
             arch=arch,
             kv_cache_dtype=kv,
             q_dtype=rng.choice(("bf16", "fp8")) if kv in FP8_KV_CACHE_DTYPES else "bf16",
             num_heads=rng.choice(
-                (rng.randint(1, 16), rng.randint(1, MAX_MLA_QUERY_HEADS), 16 * rng.randint(1, 8))
+                (rng.randint(1, 16), rng.randint(1, most), 16 * rng.randint(1, 8))
+                if dcp == 1
+                else (rng.randint(1, min(16, most)), rng.randint(1, most))
             ),
+            dcp_world_size=dcp,
             max_qo_len=rng.choice((1, 1, rng.randint(1, 16))),
             num_reqs=rng.choice((1, 2, rng.randint(1, 40))),
             spec_method=method,
