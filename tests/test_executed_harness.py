@@ -133,6 +133,23 @@ def test_padding_kind_reads_the_head_map():
     assert padding_kind([0, -1, 2, 3]) == "other"
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fnuz", "float32"])
+def test_head_map_names_the_query_head_each_kernel_head_copies(dtype):
+    torch = pytest.importorskip("torch")
+    from spec.realcode.executed.child import head_map
+
+    q = torch.randn(6, 4, 576, generator=torch.Generator().manual_seed(0)).to(getattr(torch, dtype))
+    assert head_map(q, q.repeat_interleave(4, dim=1)) == [i // 4 for i in range(16)]
+    assert head_map(q, q.repeat(1, 4, 1)) == [i % 4 for i in range(16)]
+    assert head_map(q, torch.cat([q, torch.zeros_like(q)], dim=1)) == [0, 1, 2, 3, -1, -1, -1, -1]
+    changed = q.repeat_interleave(2, dim=1)
+    changed[5, 3] = q[0, 0]  # head 3 copies head 1 on every token but the last: a copy of no head
+    assert head_map(q, changed) == [0, 0, 1, -1, 2, 2, 3, 3]
+    twins = torch.cat([q[:, :1], q[:, :1], q[:, 2:]], dim=1)  # query heads 0 and 1 equal: the lowest
+    assert head_map(twins, twins.flip(1)) == [3, 2, 0, 0]
+    assert head_map(q.to(torch.bfloat16), q.to(torch.bfloat16).float()) == [0, 1, 2, 3]  # by value
+
+
 def test_the_harness_leaves_no_scratch_behind(tmp_path, monkeypatch):
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     import tempfile

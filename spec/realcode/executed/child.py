@@ -20,6 +20,7 @@ import importlib.machinery
 import importlib.util
 import json
 import math
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -28,6 +29,7 @@ from typing import Any
 STUBS = Path(__file__).resolve().parent / "stubs"
 STUBBED_ROOTS = ("vllm", "aiter", "mla_spec_stub")
 MODULE = "vllm.v1.attention.backends.mla.rocm_aiter_mla"
+HEAD_KEY = 4  # leading words that look a query head up (:func:`head_map`)
 
 
 class StubsOnly(importlib.abc.MetaPathFinder):
@@ -104,21 +106,42 @@ def stub_fault(e: BaseException) -> bool:
 def head_map(original: Any, padded: Any) -> list[int]:
     """For each head the kernel sees, the index of the query head it is a copy of (-1: none).
 
-    Heads are told apart by a fingerprint (a fixed random projection of the
-    head's values): a copied head has exactly its source's values, so exactly
-    its fingerprint; the random query makes distinct heads collide with
-    probability ~0.
+    A copied head holds exactly its source's bits, so heads are matched bit for bit (values, where the
+    kernel's query has another dtype than vLLM's: every query dtype the harness makes is exact in
+    fp32): each padded head is looked up by its first :data:`HEAD_KEY` words of the first token, which
+    tell apart the heads of a random query, and the match is confirmed over the whole head, all heads
+    in one comparison.  Where those words match more than one head (equal heads), the lowest whose
+    whole head is equal is the source.
     """
     import torch
 
-    def prints(t: Any) -> list[float]:
-        t = t.double().reshape(t.shape[0], t.shape[1], -1).transpose(0, 1).contiguous()
-        w = torch.linspace(1.0, 2.0, t.shape[1] * t.shape[2], dtype=torch.float64, device=t.device)
-        # rounded: the same values summed in another memory order may differ in the last bits
-        return [round(v, 6) for v in (t.reshape(t.shape[0], -1) * w).sum(dim=1).tolist()]
+    if original.dtype != padded.dtype:
+        original, padded = original.float(), padded.float()
+    a, b = _words(original), _words(padded)
+    by_key: dict[tuple, list[int]] = {}
+    for i, k in enumerate(a[0, :, :HEAD_KEY].tolist()):
+        by_key.setdefault(tuple(k), []).append(i)
+    found = [by_key.get(tuple(k), []) for k in b[0, :, :HEAD_KEY].tolist()]
+    first = torch.tensor([c[0] if c else 0 for c in found], dtype=torch.long)
+    differs = (a.index_select(1, first) != b).any(dim=2).any(dim=0).tolist()
+    out = []
+    for i, (cands, diff) in enumerate(zip(found, differs)):
+        if cands and not diff:
+            out.append(cands[0])
+        else:
+            out.append(next((j for j in cands[1:] if torch.equal(a[:, j], b[:, i])), -1))
+    return out
 
-    source = {v: i for i, v in reversed(list(enumerate(prints(original))))}
-    return [source.get(v, -1) for v in prints(padded)]
+
+def _words(t: Any) -> Any:
+    """``t``'s bits as integers, eight bytes a word where a head's row divides into words (fewer
+    elements to compare), else one integer per element."""
+    import torch
+
+    t = t.contiguous()
+    if t.shape[-1] * t.element_size() % 8 == 0:
+        return t.view(torch.int64)
+    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
 
 
 class Step:
@@ -248,21 +271,65 @@ def main() -> None:
         )
         sys.exit(2)
     from mla_model.registry import load_registry
-    from mla_model.shape import Shape
 
     registry = load_registry(request["registry"])
     options = dict(request.get("options") or {})
     step = Step(module, release_file, options)
-    for i, data in enumerate(request["shapes"]):
-        shape = Shape.from_json(data)
-        try:
-            row = step.run(shape, registry, seed=int(request.get("seed", 0)) + i)
-        except Exception as e:  # noqa: BLE001  (a stub fault: the harness, not the release)
-            print(json.dumps({"fatal": f"{type(e).__name__}: {e} (shape {data})"}))
-            sys.exit(2)
-        row.pop("_batch", None)
-        print(json.dumps(row, default=_plain))
+    shapes, seed = request["shapes"], int(request.get("seed", 0))
+    workers = min(int(request.get("workers", 1)), len(shapes))
+    if workers > 1:
+        ok = run_forked(step, registry, shapes, seed, workers)
+    else:
+        ok = run_shapes(step, registry, shapes, seed, sys.stdout)
+    if not ok:
+        sys.exit(2)
     print(json.dumps({"done": True}))
+
+
+def run_shapes(step: Step, registry: Any, shapes: list[dict[str, Any]], seed: int, out: Any) -> bool:
+    """One JSON line per shape on ``out``, shape ``i`` seeded ``seed + i``; False after a stub fault (its
+    ``fatal`` line written)."""
+    from mla_model.shape import Shape
+
+    for i, data in enumerate(shapes):
+        try:
+            row = step.run(Shape.from_json(data), registry, seed=seed + i)
+        except Exception as e:  # noqa: BLE001  (a stub fault: the harness, not the release)
+            out.write(json.dumps({"fatal": f"{type(e).__name__}: {e} (shape {data})"}) + "\n")
+            return False
+        row.pop("_batch", None)
+        out.write(json.dumps(row, default=_plain) + "\n")
+    return True
+
+
+def run_forked(step: Step, registry: Any, shapes: list[dict[str, Any]], seed: int, workers: int) -> bool:
+    """The shapes split over ``workers`` processes forked from this one, so torch and the release are
+    imported once, not once per worker; each writes its slice's lines to a file in the scratch working
+    directory, and they are printed here in order.  Shape ``i`` is seeded ``seed + i`` whichever worker
+    runs it.  False where a worker met a stub fault (its ``fatal`` line printed) or stopped."""
+    bounds = [len(shapes) * w // workers for w in range(workers + 1)]
+    parts = [Path(f"part-{w}.jsonl") for w in range(workers)]
+    sys.stdout.flush()
+    pids = []
+    for w, (a, b) in enumerate(zip(bounds, bounds[1:])):
+        pid = os.fork()
+        if pid == 0:  # the worker: its slice, then out (never back into the parent's code or exit handlers)
+            status = 2
+            try:
+                with parts[w].open("w") as out:
+                    status = 0 if run_shapes(step, registry, shapes[a:b], seed + a, out) else 2
+            finally:
+                os._exit(status)
+        pids.append(pid)
+    statuses = [os.waitpid(pid, 0)[1] for pid in pids]
+    for w, status in enumerate(statuses):
+        lines = parts[w].read_text().splitlines() if parts[w].exists() else []
+        if status != 0:  # a stub fault ends its worker's file with the fatal line; anything else: say so
+            stopped = {"fatal": f"the worker for shapes {bounds[w]}..{bounds[w + 1] - 1} stopped ({status})"}
+            print(lines[-1] if lines and lines[-1].startswith('{"fatal"') else json.dumps(stopped))
+            return False
+        sys.stdout.write("".join(line + "\n" for line in lines))
+    return True
 
 
 def _plain(x: Any) -> Any:

@@ -38,6 +38,7 @@ NEEDS_TORCH = (
     "GPU first: pip install torch --index-url https://download.pytorch.org/whl/cpu)"
 )
 CHUNK_MIN = 250  # shapes below which a second child costs more (its ~1.5 s start) than it saves
+FORK_MIN = 16  # shapes below which a second forked worker costs more than it saves
 
 
 class HarnessError(RuntimeError):
@@ -81,10 +82,15 @@ def execute(
 ) -> list[dict[str, Any]]:
     """One record per shape (see :mod:`spec.realcode.executed.child`), in order.
 
-    Large batches are split over one child per core; shape ``i`` is seeded
-    ``seed + i`` whichever child runs it, so the records do not depend on the split.
+    Large batches are split over one worker per core; shape ``i`` is seeded ``seed + i`` whichever
+    worker runs it, so the records do not depend on the split.  On the CPU the workers are forked by one
+    child after it imported torch and the release (once, not once per worker); on a GPU, whose context
+    does not survive a fork, each is a child of its own.
     """
     shapes = list(shapes)
+    if str((options or {}).get("device", "cpu")) == "cpu":
+        workers = max(1, min(os.cpu_count() or 1, len(shapes) // FORK_MIN))
+        return _run_child(code, shapes, registry_id, options, seed, timeout, workers)
     workers = max(1, min(os.cpu_count() or 1, len(shapes) // CHUNK_MIN))
     bounds = [len(shapes) * w // workers for w in range(workers + 1)]
     chunks = [(shapes[a:b], seed + a) for a, b in zip(bounds, bounds[1:])]
@@ -125,6 +131,7 @@ def _run_child(
     options: dict[str, Any] | None,
     seed: int,
     timeout: float,
+    workers: int = 1,
 ) -> list[dict[str, Any]]:
     request = {
         "file": str(code.file),
@@ -133,6 +140,7 @@ def _run_child(
         "shapes": [s.to_json() for s in shapes],
         "options": options or {},
         "seed": seed,
+        "workers": workers,
     }
     with tempfile.TemporaryDirectory(prefix="mla-spec-exec-") as scratch:
         env = child_env()
