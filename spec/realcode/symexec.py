@@ -237,7 +237,19 @@ LIFTING_BUILTINS = {"int": sym_int_builtin}
 
 
 class Explorer:
-    """Depth-first exploration of every feasible path of a function on symbolic inputs."""
+    """Depth-first exploration of every feasible path of a function on symbolic inputs.
+
+    Each path runs the function again from the start, down the decisions of an earlier path
+    (``forced``) to the one it takes the other side of.  Two things make the replayed decisions cheap:
+
+    * a decision's condition is simplified, tested for a constant and negated once per distinct
+      condition (:meth:`_settle`), not once per path that passes it;
+    * every decision has a solver scope of its own, holding its condition, and the scopes of the
+      decisions a new path shares with the last stay asserted: only the decisions past the shared
+      prefix are popped, asserted and asked about;
+    * a condition the path has already decided (the code tests it again) takes the same side without
+      asking the solver: the path asserts it, so the other side is infeasible.
+    """
 
     def __init__(self, assumptions: Sequence[Any] = ()) -> None:
         self.solver = z3.Solver()
@@ -246,6 +258,9 @@ class Explorer:
         self.trace: list[bool] = []
         self.conds: list[Any] = []
         self.both_feasible: list[bool] = []
+        self.asserted: list[bool] = []  # the choices of the decisions whose scopes are on the solver
+        self.decided: dict[int, bool] = {}  # this path's choice per condition (by its simplified AST)
+        self._settled: dict[int, tuple[Any, Any, bool | None, Any]] = {}
 
     def _feasible(self, extra: Any) -> bool:
         """Whether the path so far (asserted on the solver as it is decided) allows ``extra``: one check
@@ -255,25 +270,53 @@ class Explorer:
             raise LiftingUnsupported("z3 could not decide a path condition")
         return answer == z3.sat
 
+    def _settle(self, cond: Any) -> tuple[Any, bool | None, Any]:
+        """(simplified condition, its constant value or None, its negation), once per condition (by its
+        AST, which z3 shares between equal terms; the entry keeps the condition alive)."""
+        key = cond.get_id()
+        hit = self._settled.get(key)
+        if hit is None:
+            simple = z3.simplify(cond)
+            const = True if z3.is_true(simple) else False if z3.is_false(simple) else None
+            hit = self._settled[key] = (cond, simple, const, z3.Not(simple))
+        return hit[1], hit[2], hit[3]
+
     def decide(self, cond: Any) -> bool:
-        cond = z3.simplify(cond)
+        cond, const, negated = self._settle(cond)
         i = len(self.trace)
-        if z3.is_true(cond) or z3.is_false(cond):
-            choice, both = z3.is_true(cond), False
-        elif i < len(self.forced):
-            choice, both = self.forced[i], False
+        known = self.decided.get(cond.get_id())
+        if i < len(self.asserted):  # shared with the last path: decided and asserted already
+            choice, both = self.asserted[i], False
         else:
-            # The path so far is feasible, so at least one side is: ask the other only when needed.
-            can_true = self._feasible(cond)
-            can_false = self._feasible(z3.Not(cond)) if can_true else True
-            choice, both = can_true, (can_true and can_false)
-        taken = cond if choice else z3.Not(cond)
+            if const is not None:
+                choice, both = const, False
+            elif i < len(self.forced):
+                choice, both = self.forced[i], False
+            elif known is not None:
+                choice, both = known, False
+            else:
+                # The path so far is feasible, so at least one side is: ask the other only when needed.
+                can_true = self._feasible(cond)
+                can_false = self._feasible(negated) if can_true else True
+                choice, both = can_true, (can_true and can_false)
+            self.solver.push()
+            if const is None and known is None:
+                self.solver.add(cond if choice else negated)
+            self.asserted.append(choice)
+        self.decided[cond.get_id()] = choice
         self.trace.append(choice)
         self.both_feasible.append(both)
-        self.conds.append(taken)
-        if not (z3.is_true(cond) or z3.is_false(cond)):
-            self.solver.add(taken)  # inside the path's push (explore)
+        self.conds.append(cond if choice else negated)
         return choice
+
+    def _keep_shared(self, forced: tuple[bool, ...]) -> None:
+        """Pop the scopes of the decisions past the prefix ``forced`` shares with the asserted ones."""
+        shared = 0
+        while shared < min(len(forced), len(self.asserted)) and forced[shared] == self.asserted[shared]:
+            shared += 1
+        if len(self.asserted) > shared:
+            self.solver.pop(len(self.asserted) - shared)
+            del self.asserted[shared:]
 
     def explore(self, fn: Callable[[], Any]) -> list[tuple[list[Any], Any]]:
         paths: list[tuple[list[Any], Any]] = []
@@ -284,7 +327,8 @@ class Explorer:
                 if len(paths) >= MAX_PATHS:
                     raise LiftingUnsupported(f"more than {MAX_PATHS} paths")
                 self.forced, self.trace, self.conds, self.both_feasible = pending.pop(), [], [], []
-                self.solver.push()  # the path's conditions, asserted as decided, go with its pop
+                self.decided = {}
+                self._keep_shared(self.forced)
                 try:
                     value = fn()
                 except LiftingUnsupported:
@@ -293,14 +337,13 @@ class Explorer:
                     raise LiftingUnsupported(
                         f"the code raises {type(e).__name__} on a feasible path: {e}"
                     ) from None
-                finally:
-                    self.solver.pop()
                 paths.append((list(self.conds), value))
                 for i in range(len(self.forced), len(self.trace)):
                     if self.both_feasible[i]:
                         pending.append(tuple(self.trace[:i]) + (not self.trace[i],))
         finally:
             _current.pop()
+            self._keep_shared(())
         return paths
 
 
