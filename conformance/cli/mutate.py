@@ -1,13 +1,13 @@
 """``mla-spec mutate``: mutants of vLLM 0.28.0's real rocm_aiter_mla.py, our cases vs the shipped tests.
 
-``--dcp``: the DCP gate mutants of vLLM 0.34.0 against its shipped tests instead.
+``--dcp``: the DCP gate mutants of vLLM 0.34.0 instead, against our vllm-0.34 cases and
+0.34.0's shipped tests.
 
-See :mod:`spec.analyses.mutation`.  Exit status: 0 when our generated cases kill every
-mutant not proved equivalent; 1 when a mutant that is not equivalent survives
-them; 3 when the only survivors are ones whose equivalence is unknown (every
-DCP mutant while its generated side is pending); 2 for bad input (an unknown
-``--mutant``, a release that cannot be fetched, or an unmutated release that
-already fails a suite).
+See :mod:`spec.analyses.mutation`.  Exit status (either set): 0 when our generated cases
+kill every mutant not proved equivalent; 1 when a mutant that is not equivalent
+survives them; 3 when the only survivors are ones whose equivalence is unknown;
+2 for bad input (an unknown ``--mutant``, a release that cannot be fetched, or
+an unmutated release that already fails a suite).
 """
 
 from __future__ import annotations
@@ -21,19 +21,10 @@ from rich.table import Table
 
 from conformance.cli.errors import EXIT_OK, EXIT_UNKNOWN, EXIT_VIOLATED, BadInput
 from conformance.cli.options import Seconds, format_option
-from spec.analyses.mutation import (
-    DEFAULT_TIMEOUT_MS,
-    REGISTRY_ID,
-    REVISION_ID,
-    UNKNOWN,
-    MutantResult,
-    MutationReport,
-)
+from spec.analyses.mutation import DEFAULT_TIMEOUT_MS, UNKNOWN, MutantResult, MutationReport
 
 
-def _mark(killers: tuple[str, ...] | None) -> str:
-    if killers is None:
-        return "[yellow]pending[/]"
+def _mark(killers: tuple[str, ...]) -> str:
     return f"[green]killed ({len(killers)})[/]" if killers else "[red]survives[/]"
 
 
@@ -52,44 +43,19 @@ def _equivalent(r: MutantResult) -> str:
     return "no"
 
 
-def _print_dcp_text(report: MutationReport, console: Console) -> None:
-    """The DCP gate mutants: each one's shipped killers (test functions); the generated side pending."""
-    table = Table(title=f"mla-spec mutate --dcp: vLLM {report.release} rocm_aiter_mla.py, DCP gate mutants")
-    table.add_column("mutant", style="bold", no_wrap=True)
-    table.add_column("mutation")
-    table.add_column(f"shipped ({report.shipped_items} items)", no_wrap=True)
-    table.add_column("shipped killers", no_wrap=True)
-    table.add_column("generated", no_wrap=True)
-    for r in report.results:
-        table.add_row(
-            r.mutant.id,
-            r.mutant.description,
-            _mark(r.shipped_killers),
-            _killing_tests(r.shipped_killers),
-            _mark(r.generated_killers),
-        )
-    console.print(table)
-    t = report.totals()
-    console.print(
-        f"{t['mutants']} DCP gate mutants; shipped tests kill {t['killed_by_shipped']}, "
-        f"{t['mutants'] - t['killed_by_shipped']} survive them; generated cases pending for "
-        f"{t['generated_pending']} (no model revision covers dcp > 1 yet) "
-        f"({report.seconds:.1f} s, {report.workers} workers)"
-    )
-    for r in report.results:
-        for note in r.notes:
-            console.print(f"[yellow]note[/] {r.mutant.id}: {note}", soft_wrap=True)
-
-
-def _print_text(report: MutationReport, console: Console) -> None:
+def _print_text(report: MutationReport, console: Console, what: str) -> None:
+    """One row per mutant (its killers in both suites, the shipped ones by test function, and
+    equivalence), the totals, and every mutant our cases leave alive that is not proved equivalent."""
     table = Table(
-        title=f"mla-spec mutate: vLLM {report.release} rocm_aiter_mla.py, model {REVISION_ID}, {REGISTRY_ID}"
+        title=f"mla-spec mutate{what}: vLLM {report.release} rocm_aiter_mla.py, "
+        f"model {report.revision}, {report.registry}"
     )
     table.add_column("mutant", style="bold", no_wrap=True)
     table.add_column("site", no_wrap=True)
     table.add_column("mutation")
     table.add_column(f"generated ({report.generated_cases} cases)", no_wrap=True)
     table.add_column(f"shipped ({report.shipped_items} items)", no_wrap=True)
+    table.add_column("shipped killers", no_wrap=True)
     table.add_column("equivalent", no_wrap=True)
     for r in report.results:
         table.add_row(
@@ -98,6 +64,7 @@ def _print_text(report: MutationReport, console: Console) -> None:
             r.mutant.description,
             _mark(r.generated_killers),
             _mark(r.shipped_killers),
+            _killing_tests(r.shipped_killers),
             _equivalent(r),
         )
     console.print(table)
@@ -138,8 +105,8 @@ def _print_text(report: MutationReport, console: Console) -> None:
     "--dcp",
     is_flag=True,
     help="The DCP gate mutants of vLLM 0.34.0 (its DCP route selection, cprr/segmented/Triton verify gates, "
-    "_NATIVE_CPRR_HEADS, _MIN_CPRR_QLEN, the persistent gate's DCP term) against 0.34.0's shipped tests; "
-    "the generated side is pending until a model revision covers dcp > 1.",
+    "_NATIVE_CPRR_HEADS, _MIN_CPRR_QLEN, the persistent gate's DCP term) against our vllm-0.34 cases "
+    "(dcp 1, 2, 4, 8) and 0.34.0's shipped tests.",
 )
 def mutate_command(fmt, timeout, workers, select, dcp) -> None:
     """Mutants of vLLM 0.28.0's real routing code: killed by our generated cases? by vLLM's shipped tests?
@@ -148,24 +115,21 @@ def mutate_command(fmt, timeout, workers, select, dcp) -> None:
     from spec.realcode.source import SourceError
 
     try:
-        if dcp:
-            report = dcp_score(select=list(select) or None, workers=workers)
-        else:
-            report = score(select=list(select) or None, workers=workers, timeout_ms=int(timeout * 1000))
+        report = (dcp_score if dcp else score)(
+            select=list(select) or None, workers=workers, timeout_ms=int(timeout * 1000)
+        )
     except (KeyError, SourceError, BaselineError) as e:
         raise BadInput(str(e).strip("'\"")) from None
     if fmt == "json":
         click.echo(json.dumps(report.to_json(), indent=2))
     else:
-        widest = max(len(_killing_tests(r.shipped_killers)) for r in report.results) if dcp else 0
         width = (
-            90
+            100
             + max(len(r.mutant.id) for r in report.results)
             + max(len(r.mutant.site) for r in report.results)
-            + widest
+            + max(len(_killing_tests(r.shipped_killers)) for r in report.results)
         )
-        console = Console(highlight=False, width=width)
-        (_print_dcp_text if dcp else _print_text)(report, console)
+        _print_text(report, Console(highlight=False, width=width), " --dcp" if dcp else "")
     survivors = [r for r in report.results if r.survives_generated]
     sys.exit(
         EXIT_VIOLATED

@@ -23,18 +23,21 @@ file), written into a shadow vLLM tree in a scratch directory:
   in code the lifting does not read (``get_mla_padded_q``).  Never equivalent
   otherwise.
 
+Before any mutant runs, the unmutated release must pass both suites (no case
+disagrees, no shipped item fails: :func:`baseline`); a shipped item it cannot
+run is noted on a mutant only where the mutant adds it.
+
 Mutants are independent: they run in a pool of processes (one per core by
 default), each mutant's harness and pytest children inside its worker.
 
 **DCP gate mutants** (:func:`dcp_score`, ``mla-spec mutate --dcp``): the mutants
-of vLLM 0.34.0's DCP routing (:func:`spec.analyses.mutants.dcp_mutants`), each
-run against 0.34.0's shipped tests (the three DCP files and the rest, as
-``mla-spec vllm-tests --vllm 0.34.0`` runs them); every failed or errored item
-kills it.  The generated side is :func:`dcp_generated_killers`, the hook for a
-model revision of 0.34.0 at dcp > 1: until one exists it answers ``None`` and
-the report says ``pending``.  Equivalence is not asked (``NOT_LIFTED``): the
-lifted gates are compared at dcp 1 only, where most of these mutants change
-nothing.
+of vLLM 0.34.0's DCP routing (:func:`spec.analyses.mutants.dcp_mutants`), asked
+the same three questions: our generated suite of ``vllm-0.34``
+(:func:`dcp_cases`, tests/generated/vllm_034, dcp 1, 2, 4 and 8) through the
+executed differential (a DCP step runs as rank 0 of its ranks), 0.34.0's
+shipped tests (the three DCP files and the rest, as ``mla-spec vllm-tests
+--vllm 0.34.0`` runs them), and the lifted gates of mutant and release compared
+on the same fields (``dcp_route`` among bind's route fields) over dcp 1, 2, 4 and 8.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -62,16 +66,18 @@ from spec.proof.verdict import DEFAULT_TIMEOUT_MS, UNKNOWN, Verdict
 from spec.realcode.bind import ROUTE_FIELDS
 
 REVISION_ID = "vllm-0.28"
+DCP_REVISION_ID = "vllm-0.34"  # the model revision of DCP_RELEASE (dcp 1, 2, 4, 8)
 REGISTRY_ID = "aiter-0.1.20"
-# bind's route fields plus the padded head count (get_actual_mla_num_heads sizes the ASM output buffer)
+# bind's route fields (dcp_route among them) plus the padded head count (get_actual_mla_num_heads
+# sizes the ASM output buffer)
 EQUIVALENCE_FIELDS = (*ROUTE_FIELDS, "padded_q_heads")
 
 
 @dataclass(frozen=True)
 class MutantResult:
     mutant: Mutant
-    # ids of generated cases on which the executed mutant disagrees with the model; None: no model to ask
-    generated_killers: tuple[str, ...] | None
+    # generated cases on which the executed mutant disagrees with the model
+    generated_killers: tuple[str, ...]
     shipped_killers: tuple[str, ...]  # shipped test items that failed or errored on the mutant
     equivalent: bool | Verdict  # True (proved), False, or UNKNOWN
     symbolic: str = (
@@ -84,11 +90,6 @@ class MutantResult:
     @property
     def killed_by_generated(self) -> bool:
         return bool(self.generated_killers)
-
-    @property
-    def generated_pending(self) -> bool:
-        """No model revision covers this mutant's code yet (:func:`dcp_generated_killers`)."""
-        return self.generated_killers is None
 
     @property
     def killed_by_shipped(self) -> bool:
@@ -105,8 +106,8 @@ class MutantResult:
             "site": self.mutant.site,
             "operator": self.mutant.operator,
             "description": self.mutant.description,
-            "killed_by_generated": None if self.generated_pending else self.killed_by_generated,
-            "generated_killers": None if self.generated_killers is None else list(self.generated_killers),
+            "killed_by_generated": self.killed_by_generated,
+            "generated_killers": list(self.generated_killers),
             "killed_by_shipped": self.killed_by_shipped,
             "shipped_killers": list(self.shipped_killers),
             "equivalent": self.equivalent,
@@ -119,13 +120,13 @@ class MutantResult:
 class MutationReport:
     release: str
     results: tuple[MutantResult, ...]
-    generated_cases: int | None  # None: no model revision to generate cases from (the DCP set, for now)
+    generated_cases: int  # cases of the model revision's generated suite, each run on every mutant
     shipped_items: int  # items of the shipped tests on the unmutated release (all must pass)
     seconds: float
     workers: int = 1
     baseline: dict[str, Any] = field(default_factory=dict)
-    revision: str | None = REVISION_ID
-    registry: str | None = REGISTRY_ID
+    revision: str = REVISION_ID
+    registry: str = REGISTRY_ID
 
     def totals(self) -> dict[str, int]:
         r = self.results
@@ -147,7 +148,6 @@ class MutationReport:
                 x.survives_generated and x.equivalent is False for x in r
             ),
             "survive_generated_unknown": sum(x.survives_generated and x.equivalent == UNKNOWN for x in r),
-            "generated_pending": sum(x.generated_pending for x in r),
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -168,7 +168,9 @@ class MutationReport:
 # --- one mutant -------------------------------------------------------------------------------
 
 
-def _generated_killers(file: Path, tree: Path, cases: list[Case]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def _generated_killers(
+    file: Path, tree: Path, cases: list[Case], revision_id: str
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
     from mla_model.revisions import get_revision
     from spec.realcode.executed.differential import differential
     from spec.realcode.executed.harness import HarnessError, ReleaseCode
@@ -176,7 +178,7 @@ def _generated_killers(file: Path, tree: Path, cases: list[Case]) -> tuple[tuple
     try:
         d = differential(
             ReleaseCode(str(file), file, tree),
-            get_revision(REVISION_ID),
+            get_revision(revision_id),
             [c.shape for c in cases],
             REGISTRY_ID,
         )
@@ -192,7 +194,7 @@ def _key(shape: dict[str, Any]) -> str:
 
 
 def _shipped_killers(
-    file: Path, release: str = RELEASE, not_runnable_on_release: frozenset[str] = frozenset()
+    file: Path, release: str, not_runnable_on_release: frozenset[str]
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Shipped items failing on the mutant; a note per item it leaves not runnable, past the release's."""
     from spec.realcode.shipped_tests import ShippedTestsError, run_shipped_tests
@@ -207,7 +209,10 @@ def _shipped_killers(
     return tuple(x["item"] for x in r["failures"]), notes
 
 
-def prove_equivalence(mutant: Mutant, file: Path, timeout_ms: int) -> tuple[bool | Verdict, str]:
+def prove_equivalence(
+    mutant: Mutant, file: Path, timeout_ms: int, release: str = RELEASE
+) -> tuple[bool | Verdict, str]:
+    """Mutant ``file`` against ``release``: the lifted gates compared on :data:`EQUIVALENCE_FIELDS`."""
     from spec.realcode.bind import symbolic_comparison
     from spec.realcode.revision import real_revision
 
@@ -216,7 +221,7 @@ def prove_equivalence(mutant: Mutant, file: Path, timeout_ms: int) -> tuple[bool
     try:
         rows = symbolic_comparison(
             real_revision(str(file)),
-            real_revision(RELEASE),
+            real_revision(release),
             REGISTRY_ID,
             max_differences=1,
             timeout_ms=timeout_ms,
@@ -238,23 +243,28 @@ def run_mutant(
     cases: list[Case],
     timeout_ms: int = DEFAULT_TIMEOUT_MS,
     equivalence: bool = True,
+    release: str = RELEASE,
+    revision_id: str = REVISION_ID,
+    not_runnable: frozenset[str] = frozenset(),
 ) -> MutantResult:
-    """The three verdicts for one mutant (its file lives in a scratch shadow tree while it runs)."""
+    """The three verdicts for one mutant of ``release`` (its file lives in a scratch shadow tree while it
+    runs), our cases judged by the model revision ``revision_id``; ``not_runnable``: the shipped items the
+    unmutated release cannot run either (not noted)."""
     with tempfile.TemporaryDirectory(prefix="mla-spec-mutant-") as scratch:
         tree = Path(scratch) / "tree"
-        file = shadow_tree(RELEASE, mutant.apply(original.encode()), tree)
-        generated, gen_notes = _generated_killers(file, tree, cases)
-        shipped, ship_notes = _shipped_killers(file)
+        file = shadow_tree(release, mutant.apply(original.encode()), tree)
+        generated, gen_notes = _generated_killers(file, tree, cases, revision_id)
+        shipped, ship_notes = _shipped_killers(file, release, not_runnable)
         equivalent: bool | Verdict
         if not equivalence:
             equivalent, symbolic = UNKNOWN, "SKIPPED"
         else:
-            equivalent, symbolic = prove_equivalence(mutant, file, timeout_ms)
-        if equivalent is True and (generated or shipped):
-            # the lifting says equivalent, the executed code says otherwise: never claim it
-            equivalent, symbolic = UNKNOWN, "EQUIVALENT (contradicted by a kill)"
-        elif generated and equivalent == UNKNOWN and "<harness>" not in generated:
-            equivalent = False  # a case on which the executed mutant differs is a concrete difference
+            equivalent, symbolic = prove_equivalence(mutant, file, timeout_ms, release)
+    if equivalent is True and (generated or shipped):
+        # the lifting says equivalent, the executed code says otherwise: never claim it
+        equivalent, symbolic = UNKNOWN, "EQUIVALENT (contradicted by a kill)"
+    elif generated and equivalent == UNKNOWN and "<harness>" not in generated:
+        equivalent = False  # a case on which the executed mutant differs is a concrete difference
     return MutantResult(mutant, generated, shipped, equivalent, symbolic, gen_notes + ship_notes)
 
 
@@ -262,13 +272,13 @@ def _worker(args: tuple) -> MutantResult:
     return run_mutant(*args)
 
 
-def _run_all(worker: Any, jobs: list[tuple], workers: int | None) -> tuple[list[MutantResult], int]:
-    """Every job through ``worker``, side by side in ``workers`` processes (default: one per core)."""
+def _run_all(jobs: list[tuple], workers: int | None) -> tuple[list[MutantResult], int]:
+    """Every job through :func:`run_mutant`, side by side in ``workers`` processes (default: one per core)."""
     workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
     if workers == 1:
-        return [worker(j) for j in jobs], workers
+        return [_worker(j) for j in jobs], workers
     with ProcessPoolExecutor(workers) as pool:
-        return list(pool.map(worker, jobs)), workers
+        return list(pool.map(_worker, jobs)), workers
 
 
 def _selected(mutants: list[Mutant], select: list[str] | None) -> list[Mutant]:
@@ -288,73 +298,18 @@ def generated_cases() -> list[Case]:
     return generate(REVISION_ID, REGISTRY_ID)
 
 
-def baseline(cases: list[Case]) -> dict[str, Any]:
-    """The unmutated release against both suites: no case may disagree and every shipped item must pass."""
+def baseline(cases: list[Case], release: str = RELEASE, revision_id: str = REVISION_ID) -> dict[str, Any]:
+    """The unmutated release against both suites: no case may disagree and no shipped item may fail
+    (its skipped and not-runnable items stay so; they are listed)."""
     from mla_model.revisions import get_revision
     from spec.realcode.executed.differential import differential
     from spec.realcode.executed.harness import release_code
     from spec.realcode.shipped_tests import run_shipped_tests
 
-    d = differential(release_code(RELEASE), get_revision(REVISION_ID), [c.shape for c in cases], REGISTRY_ID)
-    s = run_shipped_tests(RELEASE)
+    d = differential(release_code(release), get_revision(revision_id), [c.shape for c in cases], REGISTRY_ID)
+    s = run_shipped_tests(release)
     return {
         "generated_disagreements": len(d.disagreements),
-        "shipped_items": s["items"],
-        "shipped_passed": s["passed"],
-        "shipped_failed": s["failed"] + s["errors"],
-        "shipped_not_runnable": len(s["not_runnable"]),
-    }
-
-
-class BaselineError(RuntimeError):
-    """The unmutated release already fails a suite: no kill would mean anything."""
-
-
-def score(
-    cases: list[Case] | None = None,
-    select: list[str] | None = None,
-    workers: int | None = None,
-    timeout_ms: int = DEFAULT_TIMEOUT_MS,
-    equivalence: bool = True,
-) -> MutationReport:
-    """Every mutant (or those whose id is in ``select``) against our cases and the shipped tests."""
-    start = time.perf_counter()
-    original, mutants = release_mutants(RELEASE)
-    mutants = _selected(mutants, select)
-    cases = generated_cases() if cases is None else cases
-    base = baseline(cases)
-    if base["generated_disagreements"] or base["shipped_failed"]:
-        raise BaselineError(f"the unmutated release {RELEASE} fails already: {base}")
-    jobs = [(m, original, cases, timeout_ms, equivalence) for m in mutants]
-    results, workers = _run_all(_worker, jobs, workers)
-    return MutationReport(
-        RELEASE, tuple(results), len(cases), base["shipped_items"], time.perf_counter() - start, workers, base
-    )
-
-
-# --- DCP gate mutants of 0.34.0 ---------------------------------------------------------------
-
-
-def dcp_generated_killers(mutant: Mutant, file: Path, tree: Path) -> tuple[str, ...] | None:
-    """Ids of our generated DCP cases on which ``mutant`` (``file``, in the shadow ``tree``) disagrees
-    with the model; ``None`` while no model revision covers 0.34.0 at dcp > 1.
-
-    The hook for the DCP model (issue 14 item 1).  Once a revision models
-    0.34.0's DCP routes and the generator writes dcp > 1 cases, this runs them
-    through the executed differential as :func:`_generated_killers` does for
-    0.28.0 (the harness simulating the ranks) and returns every disagreeing
-    case's id.  Until then no generated case can kill a DCP mutant, and the
-    report says ``pending`` rather than ``survives``.
-    """
-    return None
-
-
-def dcp_baseline() -> dict[str, Any]:
-    """The unmutated 0.34.0 against its shipped tests: every runnable item must pass."""
-    from spec.realcode.shipped_tests import run_shipped_tests
-
-    s = run_shipped_tests(DCP_RELEASE)
-    return {
         "shipped_items": s["items"],
         "shipped_passed": s["passed"],
         "shipped_failed": s["failed"] + s["errors"],
@@ -364,38 +319,73 @@ def dcp_baseline() -> dict[str, Any]:
     }
 
 
-def run_dcp_mutant(mutant: Mutant, original: str, not_runnable: frozenset[str]) -> MutantResult:
-    """One DCP mutant against 0.34.0's shipped tests (and the generated hook), in a scratch shadow tree."""
-    with tempfile.TemporaryDirectory(prefix="mla-spec-mutant-") as scratch:
-        tree = Path(scratch) / "tree"
-        file = shadow_tree(DCP_RELEASE, mutant.apply(original.encode()), tree)
-        generated = dcp_generated_killers(mutant, file, tree)
-        shipped, notes = _shipped_killers(file, DCP_RELEASE, not_runnable)
-    return MutantResult(mutant, generated, shipped, UNKNOWN, "NOT_LIFTED", notes)
+class BaselineError(RuntimeError):
+    """The unmutated release already fails a suite: no kill would mean anything."""
 
 
-def _dcp_worker(args: tuple) -> MutantResult:
-    return run_dcp_mutant(*args)
-
-
-def dcp_score(select: list[str] | None = None, workers: int | None = None) -> MutationReport:
-    """Every DCP gate mutant of 0.34.0 (or those whose id is in ``select``) against 0.34.0's shipped tests."""
+def _score(
+    release: str,
+    revision_id: str,
+    made: tuple[str, list[Mutant]],
+    cases: list[Case],
+    select: list[str] | None,
+    workers: int | None,
+    timeout_ms: int,
+    equivalence: bool,
+) -> MutationReport:
+    """``made``'s mutants (or those whose id is in ``select``) of ``release`` against ``cases`` (judged by
+    the model revision ``revision_id``) and the release's shipped tests, after the baseline."""
     start = time.perf_counter()
-    original, mutants = dcp_mutants(DCP_RELEASE)
+    original, mutants = made
     mutants = _selected(mutants, select)
-    base = dcp_baseline()
-    if base["shipped_failed"]:
-        raise BaselineError(f"the unmutated release {DCP_RELEASE} fails already: {base}")
+    base = baseline(cases, release, revision_id)
+    if base["generated_disagreements"] or base["shipped_failed"]:
+        raise BaselineError(f"the unmutated release {release} fails already: {base}")
     not_runnable = frozenset(base["not_runnable_items"])
-    results, workers = _run_all(_dcp_worker, [(m, original, not_runnable) for m in mutants], workers)
+    jobs = [
+        (m, original, cases, timeout_ms, equivalence, release, revision_id, not_runnable) for m in mutants
+    ]
+    results, workers = _run_all(jobs, workers)
     return MutationReport(
-        DCP_RELEASE,
+        release,
         tuple(results),
-        None,
+        len(cases),
         base["shipped_items"],
         time.perf_counter() - start,
         workers,
         base,
-        revision=None,
-        registry=None,
+        revision_id,
+        REGISTRY_ID,
     )
+
+
+def score(
+    cases: list[Case] | None = None,
+    select: list[str] | None = None,
+    workers: int | None = None,
+    timeout_ms: int = DEFAULT_TIMEOUT_MS,
+    equivalence: bool = True,
+) -> MutationReport:
+    """Every mutant of 0.28.0 (or those whose id is in ``select``) against our cases and the shipped tests."""
+    cases = generated_cases() if cases is None else cases
+    return _score(
+        RELEASE, REVISION_ID, release_mutants(RELEASE), cases, select, workers, timeout_ms, equivalence
+    )
+
+
+# --- DCP gate mutants of 0.34.0 ---------------------------------------------------------------
+
+
+@cache
+def dcp_cases() -> list[Case]:
+    """Our generated suite of vllm-0.34 (what ``mla-spec cases`` writes to tests/generated/vllm_034)."""
+    return generate(DCP_REVISION_ID, REGISTRY_ID)
+
+
+def dcp_score(
+    select: list[str] | None = None, workers: int | None = None, timeout_ms: int = DEFAULT_TIMEOUT_MS
+) -> MutationReport:
+    """Every DCP gate mutant of 0.34.0 (or those whose id is in ``select``) against our vllm-0.34 cases
+    (:func:`dcp_cases`) and 0.34.0's shipped tests."""
+    made = dcp_mutants(DCP_RELEASE)
+    return _score(DCP_RELEASE, DCP_REVISION_ID, made, dcp_cases(), select, workers, timeout_ms, True)
