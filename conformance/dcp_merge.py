@@ -25,6 +25,14 @@ L36-54; ``VllmTritonJitKernel.launch``/``_prepare_launch_kwargs``/
 0.34.0 L36-84, L301-372) is executed from the tree too; only its warmup and
 compile-key tracing, which never run on a launch, are left out.
 
+The release's rank-local merge of AITER's segmented-MLA partials,
+``merge_mla_segments_triton`` with its ``_merge_mla_segments_kernel``
+(vllm/v1/attention/ops/rocm_aiter_mla_merge.py, the same file in 0.29.0 to
+0.34.0; reached by the SEGMENTED DCP verify, rocm_aiter_mla.py 0.34.0
+L3268-3276), is cut out of that file the same way (:func:`load_segment_merge`)
+and run in Triton as the DCP merge is; the ``LOGE2`` it reads is the release's
+(vllm/triton_utils/__init__.py 0.34.0 L41).
+
 The collectives are the release's ``DeviceCommunicatorBase.all_gather`` and
 ``reduce_scatter`` (vllm/distributed/device_communicators/
 base_device_communicator.py 0.34.0 L269-333), executed over a ``dist`` that is
@@ -50,6 +58,8 @@ import torch
 DCP_FILE = "vllm/v1/attention/ops/dcp.py"
 JIT_FILE = "vllm/model_executor/warmup/jit_warmup.py"
 JIT_TRITON_FILE = "vllm/model_executor/warmup/jit_warmup_triton_helper.py"
+SEGMENT_MERGE_FILE = "vllm/v1/attention/ops/rocm_aiter_mla_merge.py"
+TRITON_UTILS_FILE = "vllm/triton_utils/__init__.py"
 COMMUNICATOR_FILE = "vllm/distributed/device_communicators/base_device_communicator.py"
 # The merge's definitions in dcp.py, in an order in which each is defined before it is read.
 MERGE_NAMES = (
@@ -164,6 +174,23 @@ def load_merge() -> types.SimpleNamespace:
     for fn in (namespace.get("_correct_attn_cp_out_kernel"), getattr(kernel_class, "kernel", None)):
         _interpreter_constexprs(fn)
     return types.SimpleNamespace(**namespace)
+
+
+@functools.cache
+def load_segment_merge() -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    """The release's ``merge_mla_segments_triton`` (and its kernel), for the tree of ``STATE.tree``."""
+    from mla_spec_stub import StubMissing, release_defs
+
+    triton, tl = triton_modules()
+    namespace: dict[str, Any] = {"torch": torch, "triton": triton, "tl": tl}
+    try:
+        release_defs(TRITON_UTILS_FILE, ("LOGE2",), namespace)
+        release_defs(
+            SEGMENT_MERGE_FILE, ("_merge_mla_segments_kernel", "merge_mla_segments_triton"), namespace
+        )
+    except StubMissing as e:
+        raise MergeUnavailable(f"the release has no segmented-MLA merge to execute: {e}") from None
+    return namespace["merge_mla_segments_triton"]
 
 
 def _interpreter_constexprs(fn: Any) -> None:

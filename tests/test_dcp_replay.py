@@ -7,6 +7,9 @@ vllm backend's; the merge is vLLM's Triton kernel, run in Triton's interpreter o
 
 from __future__ import annotations
 
+import math
+import types
+
 import pytest
 import torch
 from click.testing import CliRunner
@@ -17,6 +20,10 @@ from conformance.dcp_replay import execute
 from mla_model.shape import Shape
 
 RELEASE = "0.34.0"
+# 0.34.0 routes a gfx950 bf16 MTP verify of 2 tokens under DCP to AITER's segmented MLA; 16-token pages over
+# a 64-token KV give every verify row several segments, the last one partly filled.
+SEGMENTED = {"arch": "gfx950", "max_qo_len": 2, "spec_method": "mtp", "num_spec_tokens": 1}
+PAGED = {"kv_len": 64, "block_size": 16}
 
 
 def _run(shapes, **options):
@@ -40,6 +47,58 @@ def test_stand_in_lse_merges_shards_into_the_whole():
     weights = torch.softmax(lses, dim=0)[..., None]
     merged = sum(w * o for w, (o, _) in zip(weights, parts))
     torch.testing.assert_close(merged, whole, rtol=1e-5, atol=1e-5)
+
+
+def test_segment_partials_reduce_to_the_whole_row():
+    """The segmented stand-in's partials are AITER's: per segment a base-2 max, the exp-sum below it and the
+    unnormalised output, so weighting each segment by 2**max gives the row's attention and its LSE."""
+    g = torch.Generator().manual_seed(1)
+    heads, n, page, segments = 4, 11, 2, 8
+    q, kv = torch.randn(1, heads, 576, generator=g), torch.randn(8, page, 1, 576, generator=g)
+    table = torch.randperm(8, generator=g)[None].to(torch.int32)
+    segm = torch.full((1, heads, segments, 512), float("nan"))
+    stats = {"segm_max": torch.full((1, heads, segments), float("nan"))}
+    stats["segm_expsum"] = stats["segm_max"].clone()
+    tensors = {"q": q, "kv": kv, "o": segm, "seq_lens": torch.tensor([n]), "block_table": table, **stats}
+    call = {"page_size": page, "sm_scale": 0.05, "kv_scale": 2.0}
+    vllm_replay._segmented(call, tensors, types.SimpleNamespace(arch="gfx950"), {})
+    active = math.ceil(n / page)  # tiles_per_segment 1: one page per segment, the rest never written
+    assert not stats["segm_max"][..., active:].isfinite().any()
+    weight = torch.exp2(
+        stats["segm_max"][..., :active] - stats["segm_max"][..., :active].amax(-1, keepdim=True)
+    )
+    denom = (stats["segm_expsum"][..., :active] * weight).sum(-1)
+    merged = (segm[..., :active, :] * weight[..., None]).sum(-2) / denom[..., None]
+    tokens = (table[0, torch.arange(n) // page].long() * page + torch.arange(n) % page).tolist()
+    rows = kv.reshape(-1, 576)[tokens] * 2.0
+    whole, lse = vllm_replay._attend_rows(q, rows, rows[:, :512], torch.tensor([0, n]), torch.arange(n), 0.05)
+    torch.testing.assert_close(merged, whole, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        (stats["segm_max"][..., :active].amax(-1) + denom.log2()) * math.log(2), lse, rtol=1e-5, atol=1e-5
+    )
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("dcp", [2, 4])
+def test_segmented_simulated_ranks_pass(dcp):
+    """The stand-in's segment partials, the release's merge_mla_segments_triton, then its DCP merge."""
+    (row,) = _run([Shape(dcp_world_size=dcp, **SEGMENTED)], dcp_ranks="simulated", **PAGED)
+    assert row["dcp_routes"] == ["SEGMENTED"]
+    segmented = [c for c in row["calls"] if c["entry"] == "segmented_mla_decode_fwd"]
+    merges = [c for c in row["calls"] if c["entry"] == "merge_mla_segments_triton"]
+    assert len(segmented) == len(merges) == dcp
+    assert all(c["num_segments"] >= 8 and c["page_size"] == 16 for c in segmented)
+    assert all("release's merge_mla_segments_triton" in c["replay"]["compute"] for c in merges)
+    assert row["verdict"]["status"] == "PASS", row["verdict"]
+
+
+@pytest.mark.network
+def test_segmented_dropped_lse_is_a_mismatch():
+    (row,) = _run(
+        [Shape(dcp_world_size=2, **SEGMENTED)], dcp_ranks="simulated", inject_fault="drop-rank-lse", **PAGED
+    )
+    assert row["dcp_routes"] == ["SEGMENTED"] and row["fault"] == "drop-rank-lse"
+    assert row["verdict"]["status"] == "MISMATCH"
 
 
 @pytest.mark.network

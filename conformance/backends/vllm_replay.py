@@ -35,6 +35,12 @@ contract as far as the registry records it:
 * vLLM's ``decode_attention_fwd`` (0.34.0's gfx942 DCP verify, L3279-3336):
   one query row per block-table row over its ``row_lens`` tokens, output and
   LSE written (an empty row: NaN output, LSE -inf);
+* AITER's segmented MLA decode (``segmented_mla_decode_fwd``, 0.34.0's DCP
+  verify, L3226-3276): each row's segment partials as AITER's kernel stores
+  them with ``skip_reduce`` (base-2 running max, exp-sum, unnormalised
+  output), over the row's ``row_lens`` tokens of its paged block table; the
+  release's own ``merge_mla_segments_triton`` then runs on them, executed
+  from the release tree (:func:`conformance.dcp_merge.load_segment_merge`);
 * Gluon (``mla_gluon``): each ``seq_info`` row is one query row over its
   ``page_table`` slice (``kv_pe_offset`` 512, ``k_pe=None``, as both 0.27 and
   0.28 pass them; the recorder does not keep them).
@@ -424,6 +430,76 @@ def _triton_verify(call: dict[str, Any], t: dict[str, Any], st: Any, info: dict[
     )
 
 
+def _segmented(call: dict[str, Any], t: dict[str, Any], st: Any, info: dict[str, Any]) -> None:
+    """AITER's segmented MLA decode with ``skip_reduce`` (aiter v0.1.20 aiter/ops/triton/_triton_kernels/
+    attention/mla.py ``_mla_decode_fwd_kernel`` L336-648), as vLLM's DCP verify calls it: one query row per
+    sequence (``qo_indptr`` an arange, rocm_aiter_mla.py 0.34.0 L1707-1765), so the kernel's causal bound
+    is the row's ``seq_lens`` entry itself.  Per row of ``n`` tokens over its ``block_table`` pages of
+    ``page_size`` (the kernel's ``TILE_SIZE``): ``tiles_per_segment = cdiv(n, NUM_SEGMENTS * TILE_SIZE)``
+    (L403) and segment ``g`` covers tokens ``[g * tps * TILE, (g + 1) * tps * TILE) ∩ [0, n)``; a segment
+    starting at or past ``n`` returns before writing anything (L405-406), so an empty row writes nothing.
+    A written segment stores, per head (L626-648): ``segm_max`` the maximum of its scores in base 2,
+    ``S = q·k * softmax_scale * log2(e) * q_descale * kv_descale`` (L381-382, L408-418, the scales where
+    passed); ``segm_expsum`` ``sum exp2(S - max)``; ``segm_output`` ``kv_descale * sum exp2(S - max) * V``,
+    unnormalised (the kernel's running ``acc``, rescaled as the max moves, L605-628).  The arithmetic is
+    float32 over the exact operand values (AITER casts ``P`` to the KV dtype before its PV dot)."""
+    q, kv, segm_output = t["q"], t["kv"], t["o"]
+    seq_lens = t["seq_lens"].long()
+    if q.shape[0] != seq_lens.numel():
+        raise ValueError(
+            f"{q.shape[0]} query rows for {seq_lens.numel()} sequences: the stand-in serves one query row "
+            "per sequence, as vLLM's DCP verify row view passes"
+        )
+    page, segments = int(call["page_size"]), segm_output.shape[2]
+    kvf = read_as_kernel(kv, st.arch, info, "kv").reshape(-1, kv.shape[-1])
+    poisoned = torch.cat([kvf, torch.full((1, kvf.shape[1]), float("nan"), device=kvf.device)])
+    qf = read_as_kernel(q, st.arch, info, "q")
+    kv_scale = _scale(call.get("kv_scale"), "kv_scale", info)
+    q_scale = 1.0 if call.get("q_scale") is None else float(call["q_scale"])
+    qk = float(call["sm_scale"]) / math.log(2) * q_scale * kv_scale
+    indptr, indices = _paged_tokens(t["block_table"], seq_lens, page, q.device)
+    written = 0
+    for b, n in enumerate(seq_lens.tolist()):
+        if n <= 0:
+            continue
+        tok = indices[indptr[b] : indptr[b + 1]].long()
+        rows = poisoned[torch.where((tok < 0) | (tok >= kvf.shape[0]), kvf.shape[0], tok)]
+        scores = qk * (qf[b] @ rows.T)  # [heads, n], base 2
+        span = -(-n // (segments * page)) * page  # tiles_per_segment * TILE_SIZE tokens
+        for g, start in enumerate(range(0, n, span)):
+            s = scores[:, start : start + span]
+            m = s.amax(-1)
+            p = torch.exp2(s - m[:, None])
+            t["segm_max"][b, :, g] = m
+            t["segm_expsum"][b, :, g] = p.sum(-1)
+            segm_output[b, :, g, :KV_LORA_RANK] = (p @ rows[start : start + span, :KV_LORA_RANK]) * kv_scale
+        written += 1
+    info.update(
+        compute=f"torch float32 ({q.device.type})",
+        kv_scale=kv_scale,
+        q_scale=q_scale,
+        sm_scale=float(call["sm_scale"]),
+        segments=segments,
+        scales="kv_descale on scores and values (AITER applies whatever vLLM passed)",
+        rows_written=written,
+        rows_unwritten=seq_lens.numel() - written,
+    )
+
+
+def _segment_merge(call: dict[str, Any], t: dict[str, Any], info: dict[str, Any]) -> None:
+    """vLLM's ``merge_mla_segments_triton``: the release's own, executed from its tree
+    (:func:`conformance.dcp_merge.load_segment_merge`), into the output and LSE the stub allocated."""
+    from conformance.dcp_merge import load_segment_merge
+
+    output, lse = load_segment_merge()(
+        t["q"], t["segm_max"], t["segm_expsum"], t["seq_lens"], int(call["tile_size"]), t["o"].dtype
+    )
+    t["o"].copy_(output)
+    t["lse"].copy_(lse)
+    where = "natively" if output.is_cuda else "in Triton's interpreter"
+    info["compute"] = f"the release's merge_mla_segments_triton, {where}"
+
+
 def kernel(entry: str, call: dict[str, Any]) -> Any:
     """Fill the recorded call's output ``o`` as the routed kernel would (the recorder admitted the call);
     an ASM call with ``return_lse`` returns ``(o, lse)`` with the true LSE of the rows it was given."""
@@ -441,6 +517,10 @@ def kernel(entry: str, call: dict[str, Any]) -> Any:
         _triton_verify(call, call["tensors"], st, info)
     elif entry == "decode_attention_fwd":
         _triton_decode(call, call["tensors"], st, info)
+    elif entry == "segmented_mla_decode_fwd":
+        _segmented(call, call["tensors"], st, info)
+    elif entry == "merge_mla_segments_triton":
+        _segment_merge(call, call["tensors"], info)
     else:
         info["no_stand_in"] = f"no stand-in for {entry}: output left as vLLM allocated it"
     if call["tensors"]["o"].is_cuda:

@@ -3,9 +3,12 @@
 
 vLLM's own Triton merge of segmented-MLA partials (vllm/v1/attention/ops/
 rocm_aiter_mla_merge.py 0.34.0 L100-107), reached only by DCP segmented
-verify (0.29.0 L1746, 0.34.0 L3270).  It cannot launch on CPU: the call is
-recorded as ``merge_mla_segments_triton`` and returns the ``(output, lse)``
-tensors of the release's signature, filled by :data:`STATE.kernel` where set.
+verify (0.29.0 L1746, 0.34.0 L3270).  The call is recorded as
+``merge_mla_segments_triton`` and returns the ``(output, lse)`` tensors of the
+release's signature.  Where a replay is active (:data:`STATE.kernel` set) the
+replay fills them by executing the release's own merge from its tree
+(:func:`conformance.dcp_merge.load_segment_merge`); a record-only run leaves
+them as allocated.
 """
 
 import torch
@@ -25,5 +28,6 @@ def merge_mla_segments_triton(segm_output, segm_max, segm_expsum, seq_lens, tile
         output,
         tile_size=int(tile_size),
         num_rows=int(seq_lens.numel()),
+        tensors={"segm_max": segm_max, "segm_expsum": segm_expsum, "seq_lens": seq_lens, "lse": lse},
     )
     return output, lse
