@@ -24,7 +24,7 @@ from typing import Any
 
 from spec.realcode.extract import HELPER, extract
 from spec.realcode.sandbox import LoadedCode
-from spec.realcode.source import SourceError, resolve
+from spec.realcode.source import SourceError, dcp_verify_default, resolve
 
 MODULE = "vllm.v1.attention.backends.mla.rocm_aiter_mla"
 
@@ -54,7 +54,9 @@ class _LoadedModule(types.ModuleType):
 
 def shim_modules(release: str) -> dict[str, types.ModuleType]:
     """The sys.modules entries that stand in for vLLM, with ``release``'s real gates inside."""
-    code = LoadedCode(extract(resolve(release)))
+    source = resolve(release)
+    code = LoadedCode(extract(source))
+    code.platform.dcp_verify = dcp_verify_default(source.path)
     init_slice = code.namespace["mla_spec_builder_init"]
 
     class MLACommonMetadataBuilder:
@@ -70,7 +72,7 @@ def shim_modules(release: str) -> dict[str, types.ModuleType]:
         def __init__(self, kv_cache_spec: Any, layer_names: Any, vllm_config: Any, device: Any) -> None:
             super().__init__(kv_cache_spec, layer_names, vllm_config, device)
             code.refresh_caches()
-            init_slice(self, vllm_config)
+            init_slice(self, kv_cache_spec, vllm_config)
 
     module = _LoadedModule(
         code,

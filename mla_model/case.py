@@ -101,6 +101,9 @@ def expected_route(revision: Revision, registry: Registry, shape: Shape) -> dict
         "aiter_persistent": bool(a.persistent) if on_asm else None,
         "kernel": _kernel_json(resolved_kernel(registry, shape.arch, r.request, a)) if on_asm else None,
         "vllm_raises": bool(r.vllm_raises),
+        "dcp_route": r.dcp_route,
+        "lse": bool(r.request.lse),
+        "cprr": bool(r.request.cprr),
     }
 
 

@@ -9,6 +9,7 @@ from mla_model.revisions import (
     vllm_029,
     vllm_030,
     vllm_031,
+    vllm_032,
     vllm_033,
     vllm_034,
 )
@@ -23,6 +24,7 @@ REVISIONS: dict[str, Revision] = {
         vllm_029.REVISION,
         vllm_030.REVISION,
         vllm_031.REVISION,
+        vllm_032.REVISION,
         vllm_033.REVISION,
         vllm_034.REVISION,
     )
@@ -35,6 +37,7 @@ RELEASE_OF_REVISION = {
     "vllm-0.29": "0.29.0",
     "vllm-0.30": "0.30.0",
     "vllm-0.31": "0.31.0",
+    "vllm-0.32": "0.32.0",
     "vllm-0.33": "0.33.0",
     "vllm-0.34": "0.34.0",
 }

@@ -20,7 +20,8 @@ raise for any other DCP multi-token step.  See :func:`dcp_route`.
 
 Modelled scope, assumptions outside the Shape (docs/explanation/scope.md):
 ``cp_kv_cache_interleave_size`` 1 (vLLM's default; every DCP verify route needs
-it), ``VLLM_ROCM_AITER_MLA_DCP_VERIFY`` at its default ``segmented`` (0.31/0.32),
+it), ``VLLM_ROCM_AITER_MLA_DCP_VERIFY`` at its default (``segmented`` in 0.31.0,
+``auto`` in 0.32.0; vllm/envs.py 0.31.0 L148, 0.32.0 L149),
 a KV block size that is not a multiple of 128 (vLLM 0.34's default 64; segmented
 MLA's LDS check, 0.33.0 on), and an AITER build with segmented MLA decode (every
 pinned AITER from v0.1.19 has ``aiter/ops/triton/attention/mla.py``
@@ -93,7 +94,8 @@ class Features:
     v_scale_fix: bool  # 0.34.0: the ASM output rescaled by k_scale where a probe finds V left unscaled
     reorder_batch_threshold: Callable[..., Term]  # (shape, supports_dcp_with_varlen) -> threshold
     dcp_route_enum: bool = False  # 0.31.0+: _select_dcp_decode_route (PLAIN/SEGMENTED/CPRR[/TRITON])
-    dcp_row_view: bool = False  # 0.33.0+: TRITON route on gfx942, _segmented_mla_fits_lds, cprr by default
+    cprr_default: bool = False  # 0.32.0+: the round-robin ASM verify (CPRR) configured by default
+    dcp_row_view: bool = False  # 0.33.0+: TRITON route on gfx942, _segmented_mla_fits_lds
     non_causal_dcp: bool = False  # 0.31.0+: supports_non_causal_multi_token_dcp (non-causal drafts, DCP)
 
 
@@ -219,8 +221,9 @@ def dcp_config(f: Features, s: Any, heads: Term) -> DCPConfig:
     if not f.dcp_route_enum:  # 0.29, 0.30: segmented MLA or nothing
         supports_segmented, supports_triton, asm_cfg = segmented_cfg, False, False
     else:
-        # 0.31/0.32 reach cprr only with VLLM_ROCM_AITER_MLA_DCP_VERIFY=asm (default segmented: in scope)
-        asm_cfg = all_of(dcp, spec_configured(s), eq(s.arch, "gfx950")) if f.dcp_row_view else False
+        # 0.31.0 reaches cprr only with VLLM_ROCM_AITER_MLA_DCP_VERIFY=asm (its default is segmented); 0.32.0
+        # unless it is segmented (default auto, 0.32.0 L617-625); 0.33.0 on always
+        asm_cfg = all_of(dcp, spec_configured(s), eq(s.arch, "gfx950")) if f.cprr_default else False
         supports_segmented = (
             all_of(segmented_cfg, _segmented_mla_fits_lds(s, heads)) if f.dcp_row_view else segmented_cfg
         )
@@ -234,7 +237,7 @@ def dcp_config(f: Features, s: Any, heads: Term) -> DCPConfig:
     # mla_attention.py _validate_dspark_dcp_support (0.29.0 L2132-2155): a causal DSpark target under DCP
     # needs supports_dcp_with_varlen (the non-causal draft is scoped out where it is unsupported).
     dspark_unsupported = all_of(dcp, eq(s.spec_method, "dspark"), s.causal, not_(varlen))
-    no_cprr_kernel = all_of(asm_cfg, cprr_heads == 0, not_(segmented_cfg))
+    no_cprr_kernel = all_of(asm_cfg, cprr_heads == 0, not_(segmented_cfg))  # 0.32.0 L644-656, 0.34.0 L1070
     return DCPConfig(
         supports_segmented=supports_segmented,
         supports_triton=supports_triton,
@@ -248,7 +251,8 @@ def dcp_config(f: Features, s: Any, heads: Term) -> DCPConfig:
 def dcp_route(f: Features, s: Any, c: DCPConfig, causal: Term) -> tuple[Term, Term]:
     """The step's DCP route and whether choosing it raises (``_select_dcp_decode_route``, 0.31.0 L282-298,
     0.34.0 L616-636; 0.29/0.30: ``use_segmented_dcp_verify = supports and qlen > 1`` L968, whatever the
-    block's causality, and forward_mqa's RuntimeError for any other DCP multi-token step, 0.29.0 L1886-1890)."""
+    block's causality, and forward_mqa's RuntimeError for any other DCP multi-token step, 0.29.0
+    L1886-1890)."""
     qlen = s.max_qo_len
     dcp = s.dcp_world_size > 1
     if not f.dcp_route_enum:

@@ -1,7 +1,7 @@
-"""Gate revision ``vllm-0.31``: vLLM 0.31.0 and 0.32.0 (release family d3, 2026-10-05 / 10-18).
+"""Gate revision ``vllm-0.31``: vLLM 0.31.0 (release family d3, 2026-10-05).
 
 Source: ``vllm/v1/attention/backends/mla/rocm_aiter_mla.py`` of vLLM 0.31.0
-(102,052 B, md5 dc21e273; 0.32.0's predicates are identical): both Gluon
+(102,052 B, md5 dc21e273): both Gluon
 predicates take ``kv_cache_bytes`` and refuse Gluon above 2 GiB per layer
 (L1727, L1756, ``_gluon_kv_cache_in_bounds``); the persistent gate L1360.
 The threshold is ``max_decode_query_len`` on the V2 model runner: ``1 + k``
@@ -13,7 +13,7 @@ from mla_model.revisions.dcp_era import Features, make_revision
 
 REVISION = make_revision(
     "vllm-0.31",
-    "vLLM 0.31.0 / 0.32.0 (2 GiB Gluon bound), DCP routes included",
+    "vLLM 0.31.0 (2 GiB Gluon bound), DCP routes included",
     "vllm==0.31.0 rocm_aiter_mla.py (md5 dc21e273), L657, L1360, L1727, L1756",
     Features(
         causal=True,

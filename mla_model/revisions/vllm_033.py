@@ -19,6 +19,7 @@ REVISION = make_revision(
         v_scale_fix=False,
         reorder_batch_threshold=reorder_batch_threshold_031,
         dcp_route_enum=True,
+        cprr_default=True,
         dcp_row_view=True,
         non_causal_dcp=True,
     ),

@@ -22,6 +22,7 @@ REVISION = make_revision(
         v_scale_fix=True,
         reorder_batch_threshold=reorder_batch_threshold_034,
         dcp_route_enum=True,
+        cprr_default=True,
         dcp_row_view=True,
         non_causal_dcp=True,
     ),

@@ -217,7 +217,7 @@ def mcdc_pairs(p: Problem) -> Iterable[tuple[str, Shape, Shape]]:
                     where = [(o, z3.is_true(term_value(o.term, found[0], p))) for o in context]
                     label = ", ".join(dict.fromkeys(o.text for o, v in where if v)) or "none of them"
                     yield (
-                        f"mcdc {decision}: {atom.text} ({style}" + (f"; context {label})" if seen else ")"),
+                        f"mcdc {decision}: {atom.text} ({style}" + (f" in context {label})" if seen else ")"),
                         *found,
                     )
                     seen.append(z3.And(*[o.term == z3.BoolVal(v) for o, v in where]))

@@ -32,6 +32,7 @@ from mla_model.logic import EnumTerm
 from mla_model.registry import load_registry
 from mla_model.revisions import RELEASE_OF_REVISION, get_revision
 from mla_model.revisions.base import Revision
+from mla_model.route import DCP_ROUTES, PATHS
 from mla_model.shape import (
     ARCHS,
     ASM_PADDING_MODES,
@@ -50,7 +51,6 @@ from spec.realcode.symexec import LiftingUnsupported
 
 # Release -> the model revision that claims to describe it.
 MODEL_OF_RELEASE = {release.rsplit(".", 1)[0]: model for model, release in RELEASE_OF_REVISION.items()}
-MODEL_OF_RELEASE["0.32"] = "vllm-0.31"  # 0.32.0's predicates and gate are 0.31.0's (sources §15)
 ROUTE_FIELDS = (
     "path",
     "use_gluon_decode",
@@ -59,6 +59,7 @@ ROUTE_FIELDS = (
     "wants_persistent_metadata",
     "mtp_decode_qlen",
     "decode_heads",
+    "dcp_route",
 )
 BOX_HEADS = range(1, 257)
 BOX_QLEN = range(1, 33)
@@ -88,8 +89,15 @@ def default_model(label: str) -> str | None:
     return MODEL_OF_RELEASE.get(".".join(version.split(".")[:2]))
 
 
+# Route fields that are enumerations: a revision may hold one as a plain name (pre-DCP revisions: "plain").
+_ENUM_FIELDS = {"path": PATHS, "dcp_route": DCP_ROUTES}
+
+
 def _field(route: Any, name: str) -> Any:
-    return getattr(route, name)
+    value = getattr(route, name)
+    if isinstance(value, str) and name in _ENUM_FIELDS:
+        return z3.IntVal(_ENUM_FIELDS[name].index(value))
+    return value
 
 
 def symbolic_comparison(

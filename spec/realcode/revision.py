@@ -53,7 +53,7 @@ from mla_model.shape import KV_CACHE_DTYPES, Shape
 from spec.proof.terms import symbolic_shape
 from spec.realcode.extract import extract
 from spec.realcode.sandbox import LoadedCode
-from spec.realcode.source import Source, SourceError, resolve
+from spec.realcode.source import Source, SourceError, dcp_verify_default, resolve
 from spec.realcode.symexec import (
     LIFTING_BUILTINS,
     Explorer,
@@ -108,6 +108,7 @@ class RealGates:
         self.threshold = threshold  # s -> reorder_batch_threshold (the release's, executed, where it can be)
         self.extracted = extract(source)
         self.code = LoadedCode(self.extracted, builtins_override=LIFTING_BUILTINS if lifting else None)
+        self.code.platform.dcp_verify = dcp_verify_default(source.path)
         self.has_verify = self.code.has("use_gluon_verify")
         verify_params = self.code.params("use_gluon_verify") if self.has_verify else ()
         self.takes_causal = "causal" in verify_params

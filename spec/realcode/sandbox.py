@@ -120,6 +120,7 @@ class Platform:
 
     arch: Any = "gfx950"
     mode: Any = "auto"
+    dcp_verify: str | None = None  # VLLM_ROCM_AITER_MLA_DCP_VERIFY's declared default (None: unknown)
 
 
 class _Logger:
@@ -306,8 +307,14 @@ class _Envs:
 
     @property
     def VLLM_ROCM_AITER_MLA_DCP_VERIFY(self) -> str:  # noqa: N802 - vLLM's name (0.31.0/0.32.0 only)
-        """Its default, ``segmented`` (0.31.0 vllm/envs.py L148): the modelled scope (dcp_era)."""
-        return "segmented"
+        """The release's declared default (0.31.0 ``segmented``, 0.32.0 ``auto``): the modelled scope
+        (dcp_era), read from the vllm/envs.py beside the gate file."""
+        if self._platform.dcp_verify is None:
+            raise RefusedCode(
+                "the gate code reads VLLM_ROCM_AITER_MLA_DCP_VERIFY, and no vllm/envs.py beside the file "
+                "declares its default"
+            )
+        return self._platform.dcp_verify
 
 
 def _public_getattr(obj: Any, name: str, *default: Any) -> Any:

@@ -21,6 +21,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -190,3 +191,30 @@ def resolve(spec: str) -> Source:
         return Source(str(p), p, p.read_text())
     except (OSError, UnicodeDecodeError) as e:
         raise SourceError(f"{spec}: cannot read: {e}") from None
+
+
+def declared_env_default(envs_file: Path, name: str) -> Any:
+    """The default a vLLM release declares for environment variable ``name``: the value of its annotated
+    assignment in the ``if TYPE_CHECKING:`` block of ``vllm/envs.py`` (0.32.0 L149
+    ``VLLM_ROCM_AITER_MLA_DCP_VERIFY: ... = "auto"``); KeyError where it declares none."""
+    import ast
+
+    tree = ast.parse(envs_file.read_text())
+    for node in tree.body:
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            for stmt in node.body:
+                if isinstance(stmt, ast.AnnAssign) and getattr(stmt.target, "id", None) == name:
+                    return ast.literal_eval(stmt.value)
+    raise KeyError(name)
+
+
+def dcp_verify_default(gate_file: Path) -> str | None:
+    """``VLLM_ROCM_AITER_MLA_DCP_VERIFY``'s default as the vLLM tree around a gate file declares it (its
+    vllm/envs.py, five folders up from vllm/v1/attention/backends/mla/rocm_aiter_mla.py; 0.31.0 L148
+    ``segmented``, 0.32.0 L149 ``auto``); None where no such file declares it."""
+    if len(gate_file.parents) <= 4:
+        return None
+    try:
+        return str(declared_env_default(gate_file.parents[4] / "envs.py", "VLLM_ROCM_AITER_MLA_DCP_VERIFY"))
+    except (OSError, KeyError, SyntaxError, ValueError):
+        return None

@@ -226,7 +226,7 @@ class Step:
                 # the MLA layer's DCP merge asserts the LSE (mla_attention.py 0.34.0 L1170-1171)
                 out["outcome"] = "vllm_raises"
                 out["error"] = "AssertionError: forward_mqa returned no LSE, which the DCP merge asserts"
-                out["where"] = "MLAAttention forward (DCP merge)"
+                out["where"] = "MLAAttention forward"  # its DCP merge (mla_attention.py)
             elif self.replay and dcp == 1:  # a DCP step's output is one rank's part: conformance.dcp_replay
                 out["verdict"] = self.replay.verdict(shape, batch, o, out, self.options)
         except Exception as e:  # noqa: BLE001  (classified below; stub faults re-raised)

@@ -29,9 +29,20 @@ K_RANGE = range(0, 16)
 
 
 def _cache_file(code: ReleaseCode) -> Path:
-    """Keyed by the release file's bytes and the tree it runs in (the answer depends on nothing else)."""
-    key = hashlib.sha256(code.file.read_bytes() + str(code.tree).encode()).hexdigest()[:24]
+    """Keyed by the release file's bytes, the tree it runs in and the harness stubs it runs over (the
+    stubs answer the builder's probes, e.g. whether AITER has segmented MLA, which moves the threshold
+    under DCP): the answer depends on nothing else."""
+    key = hashlib.sha256(code.file.read_bytes() + str(code.tree).encode() + _stubs_digest()).hexdigest()[:24]
     return cache_dir().parent / "thresholds" / f"{key}.json"
+
+
+@cache
+def _stubs_digest() -> bytes:
+    stubs = Path(__file__).resolve().parent / "stubs"
+    h = hashlib.sha256()
+    for f in sorted(stubs.rglob("*.py")):
+        h.update(str(f.relative_to(stubs)).encode() + f.read_bytes())
+    return h.digest()
 
 
 @cache

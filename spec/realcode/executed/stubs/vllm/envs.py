@@ -11,7 +11,6 @@
 Every other knob is refused by name.
 """
 
-import ast
 import functools
 
 from mla_spec_stub import STATE, StubMissing
@@ -21,13 +20,14 @@ _RELEASE_DEFAULTS = ("VLLM_ROCM_AITER_MLA_DCP_VERIFY", "VLLM_BATCH_INVARIANT")
 
 @functools.cache
 def _declared_default(name: str):
-    tree = ast.parse((STATE.tree / "vllm/envs.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
-            for stmt in node.body:
-                if isinstance(stmt, ast.AnnAssign) and getattr(stmt.target, "id", None) == name:
-                    return ast.literal_eval(stmt.value)
-    raise StubMissing(f"the release reaches vllm.envs.{name}, which its vllm/envs.py does not declare")
+    from spec.realcode.source import declared_env_default
+
+    try:
+        return declared_env_default(STATE.tree / "vllm/envs.py", name)
+    except KeyError:
+        raise StubMissing(
+            f"the release reaches vllm.envs.{name}, which its vllm/envs.py does not declare"
+        ) from None
 
 
 def __getattr__(name: str):
