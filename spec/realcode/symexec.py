@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable, Sequence
+from functools import lru_cache
 from typing import Any
 
 import z3
@@ -38,6 +39,25 @@ def _decide(cond: Any) -> bool:
     if not _current:
         raise LiftingUnsupported("a symbolic value was branched on outside an exploration")
     return _current[-1].decide(cond)
+
+
+# Terms already built, by operation and operands' ASTs: every path runs the code again from the start, so
+# the same sums, comparisons and membership tests are built once per path; z3 shares equal terms anyway,
+# so the term built first is handed out again instead of going through z3's Python layer each time.  The
+# entry keeps its operands alive, so an AST id is never reused while it is a key.
+_TERMS: dict[tuple, tuple[Any, tuple]] = {}
+_TERMS_LIMIT = 200_000
+
+
+def _built(key: tuple, operands: tuple, build: Callable[[], Any]) -> Any:
+    hit = _TERMS.get(key)
+    if hit is not None:
+        return hit[0]
+    if len(_TERMS) >= _TERMS_LIMIT:
+        _TERMS.clear()
+    term = build()
+    _TERMS[key] = (term, operands)
+    return term
 
 
 def term_of(x: Any) -> Any:
@@ -77,7 +97,26 @@ def _int_term(x: Any) -> Any:
         return x.term
     if isinstance(x, bool) or not isinstance(x, int):
         raise LiftingUnsupported(f"integer arithmetic with {type(x).__name__}")
+    return _int_val(x)
+
+
+@lru_cache(maxsize=4096)
+def _int_val(x: int) -> Any:
+    """``z3.IntVal(x)``, built once per constant (the code compares with the same few constants)."""
     return z3.IntVal(x)
+
+
+_OPS: dict[str, Callable[[Any, Any], Any]] = {
+    "+": lambda a, b: a + b,
+    "-": lambda a, b: a - b,
+    "*": lambda a, b: a * b,
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+}
 
 
 class SymInt:
@@ -86,27 +125,32 @@ class SymInt:
     def __init__(self, term: Any) -> None:
         self.term = term
 
-    def _bin(self, other: Any, op: Callable, reflected: bool = False) -> SymInt:
+    def _op(self, other: Any, op: str, reflected: bool = False) -> Any:
+        """The z3 term of ``self op other`` (``other op self`` reflected), built once per operands."""
         a, b = self.term, _int_term(other)
-        return SymInt(op(b, a) if reflected else op(a, b))
+        key = (op, reflected, a.ast.value, b.ast.value)
+        return _built(key, (a, b), lambda: _OPS[op](b, a) if reflected else _OPS[op](a, b))
+
+    def _bin(self, other: Any, op: str, reflected: bool = False) -> SymInt:
+        return SymInt(self._op(other, op, reflected))
 
     def __add__(self, o):
-        return self._bin(o, lambda a, b: a + b)
+        return self._bin(o, "+")
 
     def __radd__(self, o):
-        return self._bin(o, lambda a, b: a + b, True)
+        return self._bin(o, "+", True)
 
     def __sub__(self, o):
-        return self._bin(o, lambda a, b: a - b)
+        return self._bin(o, "-")
 
     def __rsub__(self, o):
-        return self._bin(o, lambda a, b: a - b, True)
+        return self._bin(o, "-", True)
 
     def __mul__(self, o):
-        return self._bin(o, lambda a, b: a * b)
+        return self._bin(o, "*")
 
     def __rmul__(self, o):
-        return self._bin(o, lambda a, b: a * b, True)
+        return self._bin(o, "*", True)
 
     def __floordiv__(self, o):
         if not isinstance(o, int) or o <= 0:
@@ -140,26 +184,26 @@ class SymInt:
         return SymInt(-self.term)
 
     def __lt__(self, o):
-        return SymBool(self.term < _int_term(o))
+        return SymBool(self._op(o, "<"))
 
     def __le__(self, o):
-        return SymBool(self.term <= _int_term(o))
+        return SymBool(self._op(o, "<="))
 
     def __gt__(self, o):
-        return SymBool(self.term > _int_term(o))
+        return SymBool(self._op(o, ">"))
 
     def __ge__(self, o):
-        return SymBool(self.term >= _int_term(o))
+        return SymBool(self._op(o, ">="))
 
     def __eq__(self, o):
         if o is None or isinstance(o, str):
             return False
-        return SymBool(self.term == _int_term(o))
+        return SymBool(self._op(o, "=="))
 
     def __ne__(self, o):
         if o is None or isinstance(o, str):
             return True
-        return SymBool(self.term != _int_term(o))
+        return SymBool(self._op(o, "!="))
 
     def __bool__(self) -> bool:
         return _decide(self.term != 0)
@@ -198,8 +242,15 @@ class SymStr:
         self.enum = enum
 
     def _is(self, names: Sequence[str]) -> SymBool:
-        codes = [self.enum.values.index(n) for n in names if n in self.enum.values]
-        return SymBool(z3.Or(*[self.enum.term == c for c in codes]) if codes else z3.BoolVal(False))
+        codes = tuple(self.enum.values.index(n) for n in names if n in self.enum.values)
+        term = self.enum.term
+        return SymBool(
+            _built(
+                ("in", term.ast.value, codes),
+                (term,),
+                lambda: z3.Or(*[term == c for c in codes]) if codes else z3.BoolVal(False),
+            )
+        )
 
     def __eq__(self, o):
         return self._is([o]) if isinstance(o, str) else False
@@ -259,7 +310,7 @@ class Explorer:
         self.conds: list[Any] = []
         self.both_feasible: list[bool] = []
         self.asserted: list[bool] = []  # the choices of the decisions whose scopes are on the solver
-        self.decided: dict[int, bool] = {}  # this path's choice per condition (by its simplified AST)
+        self.decided: dict[int, bool] = {}  # this path's choice per condition (its simplified AST's address)
         self._settled: dict[int, tuple[Any, Any, bool | None, Any]] = {}
 
     def _feasible(self, extra: Any) -> bool:
@@ -272,8 +323,8 @@ class Explorer:
 
     def _settle(self, cond: Any) -> tuple[Any, bool | None, Any]:
         """(simplified condition, its constant value or None, its negation), once per condition (by its
-        AST, which z3 shares between equal terms; the entry keeps the condition alive)."""
-        key = cond.get_id()
+        AST's address, which z3 shares between equal terms; the entry keeps the condition alive)."""
+        key = cond.ast.value
         hit = self._settled.get(key)
         if hit is None:
             simple = z3.simplify(cond)
@@ -284,7 +335,7 @@ class Explorer:
     def decide(self, cond: Any) -> bool:
         cond, const, negated = self._settle(cond)
         i = len(self.trace)
-        known = self.decided.get(cond.get_id())
+        known = self.decided.get(cond.ast.value)
         if i < len(self.asserted):  # shared with the last path: decided and asserted already
             choice, both = self.asserted[i], False
         else:
@@ -303,7 +354,7 @@ class Explorer:
             if const is None and known is None:
                 self.solver.add(cond if choice else negated)
             self.asserted.append(choice)
-        self.decided[cond.get_id()] = choice
+        self.decided[cond.ast.value] = choice
         self.trace.append(choice)
         self.both_feasible.append(both)
         self.conds.append(cond if choice else negated)
@@ -337,7 +388,7 @@ class Explorer:
                     raise LiftingUnsupported(
                         f"the code raises {type(e).__name__} on a feasible path: {e}"
                     ) from None
-                paths.append((list(self.conds), value))
+                paths.append((PathConditions(self.conds), value))
                 for i in range(len(self.forced), len(self.trace)):
                     if self.both_feasible[i]:
                         pending.append(tuple(self.trace[:i]) + (not self.trace[i],))
@@ -347,11 +398,34 @@ class Explorer:
         return paths
 
 
+_ITE_REF = {z3.Z3_BOOL_SORT: z3.BoolRef, z3.Z3_INT_SORT: z3.ArithRef}  # the wrapper of an ite of that sort
+
+
+class PathConditions(list):
+    """The conditions a path took, in order, with their conjunction (:attr:`condition`), built once for
+    every output folded over the path."""
+
+    @property
+    def condition(self) -> Any:
+        if not hasattr(self, "_condition"):
+            self._condition = all_of(*self)
+        return self._condition
+
+
 def fold(paths: list[tuple[list[Any], Any]], pick: Callable[[Any], Any] = lambda v: v) -> Any:
-    """One z3 term from the paths' values: the value of the path whose condition holds.  A path's condition
-    is one memoised conjunction (``all_of``), built once for all the outputs folded over the same paths."""
-    terms = [(all_of(*conds), term_of(pick(value))) for conds, value in paths]
+    """One z3 term from the paths' values: the value of the path whose condition holds (a chain of
+    if-then-else over the paths, made through z3's C API: the operands are z3 terms already, so the
+    Python layer's coercions are skipped)."""
+    terms = [
+        (conds.condition if isinstance(conds, PathConditions) else all_of(*conds), term_of(pick(value)))
+        for conds, value in paths
+    ]
     result = terms[-1][1]
     for cond, value in reversed(terms[:-1]):
-        result = z3.If(cond, value, result)
+        wrap = _ITE_REF.get(value.sort_kind())
+        if wrap is not None and value.sort_kind() == result.sort_kind():
+            ctx = result.ctx
+            result = wrap(z3.Z3_mk_ite(ctx.ref(), cond.as_ast(), value.as_ast(), result.as_ast()), ctx)
+        else:
+            result = z3.If(cond, value, result)
     return result
