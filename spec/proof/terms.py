@@ -160,7 +160,23 @@ def _is_choice(t: Any) -> bool:
 
 
 def _has_ite(t: Any) -> bool:
+    """An If inside ``t`` whose conditions are decisions (a product's case split is arithmetic, not one)."""
+    if product_of_split(t) is not None:
+        return False
     return z3.is_app_of(t, z3.Z3_OP_ITE) or any(_has_ite(c) for c in t.children())
+
+
+def product_of_split(t: Any) -> Any:
+    """The product ``a*b`` that ``t`` is, where ``t`` is ``logic.product``'s linear case split
+    ``If(a == v, v*b, ..., a*b)`` (e.g. the DCP-gathered heads); None otherwise."""
+    if not z3.is_app_of(t, z3.Z3_OP_ITE):
+        return None
+    while z3.is_app_of(t, z3.Z3_OP_ITE):
+        cond = t.arg(0)
+        if not (z3.is_eq(cond) and z3.is_int_value(cond.arg(1))):
+            return None
+        t = t.arg(2)
+    return t if z3.is_mul(t) and not any(z3.is_int_value(c) for c in t.children()) else None
 
 
 def atoms_of(term: Any) -> list[Any]:
@@ -198,6 +214,18 @@ def atoms_of(term: Any) -> list[Any]:
     return list(found.values())
 
 
+def _plain_products(t: Any) -> Any:
+    """``t`` with every product case split (:func:`product_of_split`) replaced by its product."""
+    if not z3.is_app(t):
+        return t
+    product = product_of_split(t)
+    if product is not None:
+        return product
+    kids = t.children()
+    plain = [_plain_products(c) for c in kids]
+    return t if all(a.eq(b) for a, b in zip(kids, plain)) else t.decl()(*plain)
+
+
 def describe_atom(t: Any, fields: tuple[str, ...], variables: dict[str, Any]) -> str:
     """A readable condition: the truth set over one or two enum/bool fields, else z3's text, enums named."""
     specs = [FIELD_BY_NAME[f] for f in fields]
@@ -230,8 +258,9 @@ def describe_atom(t: Any, fields: tuple[str, ...], variables: dict[str, Any]) ->
 
 
 def term_text(t: Any) -> str:
-    """z3's text of a term on one line, with enum codes written as their names."""
-    text = " ".join(str(t).split())
+    """z3's text of a term on one line, with enum codes written as their names and a product's linear case
+    split written as the product."""
+    text = " ".join(str(_plain_products(t)).split())
 
     def enum_name(m: re.Match) -> str:
         spec = FIELD_BY_NAME[m.group(1)]
