@@ -356,7 +356,7 @@ def execute(
     timeout: float = 1800,
 ) -> list[dict[str, Any]]:
     """One row per shape, each run with its ``dcp_world_size`` ranks as ``options["dcp_ranks"]`` says."""
-    from spec.realcode.executed.harness import HarnessError, child_env, run_module
+    from spec.realcode.executed.harness import HarnessError, child_env, read_rows, run_module
 
     ranks = options.get("dcp_ranks", "simulated")
     if ranks not in RANKS:
@@ -385,7 +385,7 @@ def execute(
                 procs = [run_module(MODULE, request, scratch, env, timeout)]
             else:
                 procs = _launch_ranks(request, scratch, env, shapes[idx[0]].dcp_world_size, timeout)
-        got = _read_rows(procs[0], code.label, [p.stderr for p in procs])
+        got = read_rows(procs[0].stdout, [p.stderr for p in procs], code.label, "the DCP replay")
         for n, (i, r) in enumerate(zip(idx, got)):
             r["_seed"] = seed + n
             rows[i] = r
@@ -420,24 +420,6 @@ def _launch_ranks(
     with ThreadPoolExecutor(world) as pool:  # every rank fed at once: each waits for the others
         outputs = list(pool.map(lambda p: p.communicate(payload, timeout=timeout), procs))
     return [subprocess.CompletedProcess(p.args, p.returncode, o, e) for p, (o, e) in zip(procs, outputs)]
-
-
-def _read_rows(proc: Any, label: str, stderrs: list[str]) -> list[dict[str, Any]]:
-    from spec.realcode.executed.harness import HarnessError
-
-    rows, done = [], False
-    for line in proc.stdout.splitlines():
-        data = json.loads(line)
-        if "fatal" in data:
-            raise HarnessError(f"{label}: {data['fatal']}")
-        if data.get("done"):
-            done = True
-            continue
-        rows.append(data)
-    if not done:
-        last = next((e.strip().splitlines()[-1] for e in stderrs if e.strip()), "no output")
-        raise HarnessError(f"{label}: the DCP replay stopped ({last})")
-    return rows
 
 
 if __name__ == "__main__":

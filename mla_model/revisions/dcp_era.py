@@ -182,10 +182,11 @@ def fp8_v_scale_fix(s: Any, reg: Registry, m: Term, fp8: Term, persistent: Term)
 
 def _asm_dcp_verify_heads(decode_num_heads: Term) -> Term:
     """0.31.0 L270-278: the least native cprr head count >= the gathered heads, 0 past 128."""
-    return lookup_least(decode_num_heads, _NATIVE_CPRR_HEADS)
+    return _least_at_least(decode_num_heads, _NATIVE_CPRR_HEADS)
 
 
-def lookup_least(h: Term, natives: tuple[int, ...]) -> Term:
+def _least_at_least(h: Term, natives: tuple[int, ...]) -> Term:
+    """The least of ``natives`` that is >= ``h``, else 0."""
     value: Term = 0
     for n in reversed(natives):
         value = if_then_else(h <= n, n, value)

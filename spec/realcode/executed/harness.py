@@ -146,20 +146,26 @@ def _run_child(
         env = child_env()
         env.setdefault("OMP_NUM_THREADS", "1")  # small tensors: one thread per child, children side by side
         proc = run_module("spec.realcode.executed.child", request, scratch, env, timeout)
+    return read_rows(proc.stdout, [proc.stderr], code.label, "the harness child")
+
+
+def read_rows(stdout: str, stderrs: list[str], label: str, what: str) -> list[dict[str, Any]]:
+    """The rows a child wrote (one JSON object a line, then ``{"done": true}``): a ``fatal`` line, or no
+    ``done`` line (the child died; the last line of its stderr says why), is a :class:`HarnessError`."""
     rows, done = [], False
-    for line in proc.stdout.splitlines():
+    for line in stdout.splitlines():
         row = json.loads(line)
         if "fatal" in row:
             if "No module named 'torch'" in row["fatal"]:
                 raise HarnessError(NEEDS_TORCH)
-            raise HarnessError(f"{code.label}: {row['fatal']}")
+            raise HarnessError(f"{label}: {row['fatal']}")
         if row.get("done"):
             done = True
             continue
         rows.append(row)
     if not done:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        if "No module named 'torch'" in proc.stderr:
+        if any("No module named 'torch'" in e for e in stderrs):
             raise HarnessError(NEEDS_TORCH)
-        raise HarnessError(f"{code.label}: the harness child stopped ({last})")
+        last = next((e.strip().splitlines()[-1] for e in stderrs if e.strip()), "no output")
+        raise HarnessError(f"{label}: {what} stopped ({last})")
     return rows
