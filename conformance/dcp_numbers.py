@@ -5,9 +5,9 @@ every release, one shape per DCP route the stand-ins serve (:data:`ROUTE_SHAPES`
 :func:`conformance.dcp_replay.execute`, once clean and once with ``drop-rank-lse``, and prints one
 line per (release, route, dcp): the route the ranks took, the clean verdict and its max abs error
 against the float32 reference over the whole KV, the faulty verdict, and the step's wall time.
-``--ranks gloo`` runs the ranks as processes; ``--device cuda`` runs simulated ranks on one GPU.
-The SEGMENTED route is not run: the harness's AITER has no segmented MLA decode
-(``aiter.ops.triton.attention.mla``), so no release selects it here.
+``--ranks gloo`` runs the ranks as processes; ``--device cuda`` runs simulated ranks on one GPU;
+``--block-size`` sets the KV cache's block size (the harness's 1 by default), which the SEGMENTED
+route's tiles follow (``_segmented_mla_page_size``, rocm_aiter_mla.py 0.34.0 L98-110).
 """
 
 from __future__ import annotations
@@ -30,15 +30,26 @@ ROUTE_SHAPES: tuple[tuple[str, dict[str, Any]], ...] = (
         "CPRR qlen 3 (gfx950)",
         {"max_qo_len": 3, "spec_method": "mtp", "num_spec_tokens": 2, "heads": "native"},
     ),
+    (  # gfx942 fp8 past 64 gathered heads: segmented MLA does not fit the LDS (0.34.0 L436-449)
+        "TRITON qlen 2 fp8 (gfx942)",
+        {
+            "arch": "gfx942",
+            "kv_cache_dtype": "fp8",
+            "max_qo_len": 2,
+            "spec_method": "mtp",
+            "num_spec_tokens": 1,
+            "heads": "native",
+        },
+    ),
     (
-        "TRITON qlen 2 (gfx942)",
-        {"arch": "gfx942", "max_qo_len": 2, "spec_method": "mtp", "num_spec_tokens": 1},
+        "SEGMENTED qlen 2 (gfx950)",
+        {"arch": "gfx950", "max_qo_len": 2, "spec_method": "mtp", "num_spec_tokens": 1},
     ),
 )
 
 
 def route_shape(fields: dict[str, Any], dcp: int) -> Any:
-    """The route's shape at ``dcp`` ranks: 16 heads per rank, or (CPRR) the native 128 gathered heads."""
+    """The route's shape at ``dcp`` ranks: 16 heads per rank, or (CPRR, TRITON) 128 gathered heads."""
     from mla_model.shape import Shape
 
     fields = dict(fields)
@@ -47,7 +58,13 @@ def route_shape(fields: dict[str, Any], dcp: int) -> Any:
 
 
 def measure(
-    releases: list[str], dcps: list[int], ranks: str, device: str, kv_len: int, registry: str
+    releases: list[str],
+    dcps: list[int],
+    ranks: str,
+    device: str,
+    kv_len: int,
+    registry: str,
+    block_size: int = 1,
 ) -> list[dict[str, Any]]:
     """One result per (release, route, dcp): clean and faulty verdicts, error, routes taken, time."""
     from conformance.dcp_replay import execute
@@ -60,7 +77,13 @@ def measure(
         shapes = [s for _, _, s in labelled]
         runs = {}
         for fault in (None, "drop-rank-lse"):
-            options = {"dcp_ranks": ranks, "device": device, "kv_len": kv_len, "inject_fault": fault}
+            options = {
+                "dcp_ranks": ranks,
+                "device": device,
+                "kv_len": kv_len,
+                "block_size": block_size,
+                "inject_fault": fault,
+            }
             started = time.time()
             runs[fault] = execute(code, shapes, registry, options)
             runs[(fault, "s")] = time.time() - started
@@ -91,21 +114,22 @@ def measure(
 )
 @click.option("--device", default="cpu", show_default=True, help="cpu or cuda (simulated ranks on one GPU).")
 @click.option("--kv-len", type=click.IntRange(1, 262_144), default=64, show_default=True)
+@click.option("--block-size", type=click.IntRange(1, 256), default=1, show_default=True)
 @click.option("--registry", default="aiter-0.1.20", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line instead of the table.")
-def main(releases, dcps, ranks, device, kv_len, registry, as_json) -> None:
+def main(releases, dcps, ranks, device, kv_len, block_size, registry, as_json) -> None:
     """Run the DCP replay over each route and dcp_world_size; print clean and faulty verdicts."""
-    results = measure(list(releases), [int(d) for d in dcps], ranks, device, kv_len, registry)
+    results = measure(list(releases), [int(d) for d in dcps], ranks, device, kv_len, registry, block_size)
     if as_json:
         for r in results:
             print(json.dumps(r))
         return
     head = ("release", "route", "dcp", "taken", "clean", "max abs err", "fault", "s")
-    print("{:8} {:26} {:>3} {:7} {:9} {:>11} {:9} {:>5}".format(*head))
+    print("{:8} {:26} {:>3} {:9} {:9} {:>11} {:9} {:>5}".format(*head))
     for r in results:
         err = "-" if r["max_abs_err"] is None else f"{r['max_abs_err']:.2e}"
         print(
-            f"{r['release']:8} {r['route']:26} {r['dcp']:>3} {r['taken']:7} {r['clean']:9} {err:>11} "
+            f"{r['release']:8} {r['route']:26} {r['dcp']:>3} {r['taken']:9} {r['clean']:9} {err:>11} "
             f"{r['fault']:9} {r['t_step_s']:>5.2f}"
         )
         if r["error"]:
