@@ -136,5 +136,28 @@ def main(releases, dcps, ranks, device, kv_len, block_size, registry, as_json) -
             print(f"{'':8} {r['error']}", file=sys.stderr)
 
 
+def markdown(results: list[dict[str, Any]]) -> str:
+    """The results (``--json`` lines) as a table: a row per release and route, the max abs error per DCP size
+    (clean run), and what the dropped-rank-LSE fault gives (every size)."""
+    dcps = sorted({r["dcp"] for r in results})
+    out = [
+        "| release | route | taken | " + " | ".join(f"dcp {d}" for d in dcps) + " | with the fault |\n",
+        "|---|---|---|" + "---|" * len(dcps) + "---|\n",
+    ]
+    rows: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
+    for r in results:
+        rows.setdefault((r["release"], r["route"]), {})[r["dcp"]] = r
+    for (release, route), by_dcp in rows.items():
+        cells = [
+            f"{x['clean']} {x['max_abs_err']:.1e}" if x["max_abs_err"] is not None else x["clean"]
+            for x in (by_dcp.get(d) for d in dcps)
+            if x is not None
+        ]
+        taken = ", ".join(sorted({x["taken"] for x in by_dcp.values()}))
+        faults = ", ".join(sorted({x["fault"] for x in by_dcp.values()}))
+        out.append(f"| {release} | {route} | {taken} | " + " | ".join(cells) + f" | {faults} |\n")
+    return "".join(out)
+
+
 if __name__ == "__main__":
     main()

@@ -327,10 +327,20 @@ def mutant_regions(args: list[str]) -> str:
     return "".join(out)
 
 
+def dcp_replay_table(args: list[str]) -> str:
+    """A recorded DCP replay run (``python -m conformance.dcp_numbers --json`` lines under docs/reference/),
+    as conformance.dcp_numbers renders it."""
+    from conformance.dcp_numbers import markdown
+
+    lines = (REFERENCE / args[0]).read_text().splitlines()
+    return markdown([json.loads(line) for line in lines if line.strip()])
+
+
 GENERATORS: dict[str, Callable[[list[str]], str]] = {
     "case-counts": case_counts,
     "verdicts": verdict_table,
     "mutant-regions": mutant_regions,
+    "dcp-replay": dcp_replay_table,
 }
 
 
