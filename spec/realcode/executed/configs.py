@@ -27,8 +27,8 @@ LAYER = "model.layers.0.self_attn.attn"  # the one attention layer the builder i
 
 def option(options: dict[str, Any], name: str) -> Any:
     if name == "max_model_len" and name not in options:
-        # vLLM never schedules a sequence past max_model_len: by default it grows with kv_len (plus the batch's
-        # 12-token spread of lengths and a verify block), so a long --kv-len stays a possible step.
+        # vLLM never schedules a sequence past max_model_len: by default it grows with kv_len (plus the
+        # batch's 12-token spread of lengths and a verify block), so a long --kv-len stays a possible step.
         return max(DEFAULTS[name], int(option(options, "kv_len")) + 64)
     return options.get(name, DEFAULTS[name])
 
