@@ -207,6 +207,11 @@ def _total(d: Decision) -> Term:
         _kernel_exists(d),
         _block_n_key_exists(d),
         _head_padding_round_trips(d),
+        _dcp_returns_lse(d),  # the DCP merge asserts an LSE after the kernel ran
+        implies(
+            eq(d.route.path, "segmented_dcp_verify"),
+            segmented_mla_fits(d.shape.arch, kernel_kv_dtype(d.shape), d.route.decode_heads),
+        ),
     )
 
 
@@ -598,7 +603,8 @@ INVARIANTS: tuple[Invariant, ...] = (
     Invariant(
         id="total",
         statement="Every valid shape gets a route that runs: vLLM does not raise, the Gluon kernel accepts "
-        "its inputs, the ASM request has a kernel and a block-n key, and head padding is exact.",
+        "its inputs, the ASM request has a kernel and a block-n key, head padding is exact, and under DCP "
+        "the path returns the LSE the merge asserts and segmented MLA fits the LDS.",
         why="A decode step that cannot run takes the server down mid-run, however rare the shape.",
         symptom="a crash on the decode path for a configuration the engine accepted: vLLM's ValueError or "
         "RuntimeError (no Gluon build), mla_gluon's AssertionError, or AITER's KeyError, head-fold "
