@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mla_model.derived import kernel_kv_dtype
+from mla_model.derived import is_quantized_kv_cache
 from mla_model.logic import Term, all_of, any_of, choose, eq, iff, is_in, not_
 from mla_model.registry import AsmLookup, GluonCheck, Registry, resolved_kernel, segmented_mla_fits
 from mla_model.route import LSE_PATHS, KernelRequest
@@ -192,13 +192,21 @@ GLUON_ASSERTS: tuple[Failure, ...] = (
     ),
 )
 
+
+def segmented_fits(d: Decision) -> Term:
+    """AITER's segmented MLA fits the arch's LDS for the step's gathered heads and cache (sources §60)."""
+    return segmented_mla_fits(
+        d.shape.arch, is_quantized_kv_cache(d.shape.kv_cache_dtype), d.route.decode_heads
+    )
+
+
 SEGMENTED_LDS = Failure(  # vLLM 0.33.0 L307-321 explains why it added _segmented_mla_fits_lds (sources §60)
     "segmented_lds",
     "segmented MLA exceeds gfx942 LDS",
     "segmented",
     RuntimeError,
     False,
-    lambda d: not_(segmented_mla_fits(d.shape.arch, kernel_kv_dtype(d.shape), d.route.decode_heads)),
+    lambda d: not_(segmented_fits(d)),
     lambda d: (
         f"Triton OutOfResources compiling AITER's segmented MLA for {d.route.decode_heads} fp8 heads on "
         f"{d.shape.arch}: it needs 128 KiB of LDS, 64 KiB exist"

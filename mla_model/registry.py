@@ -380,9 +380,9 @@ def resolves_to(reg: Registry, arch: Term, req: KernelRequest, lookup: AsmLookup
 SEGMENTED_MLA_GFX942_FP8_MAX_HEADS = 64
 
 
-def segmented_mla_fits(arch: Term, kv_dtype: Term, heads: Term) -> Term:
-    """AITER's segmented MLA compiles for these DCP-gathered heads on this arch."""
-    return any_of(ne(arch, "gfx942"), ne(kv_dtype, "fp8"), heads <= SEGMENTED_MLA_GFX942_FP8_MAX_HEADS)
+def segmented_mla_fits(arch: Term, fp8_kv: Term, heads: Term) -> Term:
+    """AITER's segmented MLA compiles for these DCP-gathered heads on this arch (``fp8_kv``: an fp8 cache)."""
+    return any_of(ne(arch, "gfx942"), not_(fp8_kv), heads <= SEGMENTED_MLA_GFX942_FP8_MAX_HEADS)
 
 
 # --- the Gluon path ---------------------------------------------------------------------

@@ -95,6 +95,7 @@ def test_list_json_names_every_revision_registry_and_invariant():
         "vllm-0.29",
         "vllm-0.30",
         "vllm-0.31",
+        "vllm-0.32",
         "vllm-0.33",
         "vllm-0.34",
     ]

@@ -121,7 +121,7 @@ def explain(revision: Revision, registry: Registry, shape: Shape) -> dict[str, A
         "scales": {name: _plain(value) for name, value in d.scales.items()},
         "invariants": invariants,
     }
-    if out["valid"] and not r.use_persistent_metadata:
+    if out["valid"] and r.path == "asm_nonpersistent":  # the schedule matters to the ASM path alone
         out["why_not_persistent"] = why_not_persistent(revision, registry, shape)
     return out
 
@@ -201,6 +201,8 @@ def violated_conjuncts(inv: Invariant, d: Decision) -> dict[str, list[str]]:
 
     def blame(t: Any, want: bool) -> list[str]:
         """Why ``t`` is not ``want``."""
+        if is_membership(t):  # one condition: the value and the values it needs
+            return [_describe(t, value, want)]
         if z3.is_not(t):
             return blame(t.arg(0), not want)
         kids = t.children()
@@ -235,6 +237,8 @@ def _describe(t: Any, value: Any, want: bool, given: bool = False) -> str:
         return f"a term the revision and registry fix to {t}" + ("" if given else f" (needs {want})")
     if z3.is_const(t):
         return f"{names[0]} = {values[names[0]]}" + ("" if given else f" (needs {want})")
+    if z3.is_not(t) and z3.is_const(t.arg(0)) and names:  # a false named field
+        return f"{names[0]} = {values[names[0]]}" + ("" if given else f" (needs {not want})")
     members = t.children() if is_membership(t) else [t] if z3.is_eq(t) else []
     if members and z3.is_const(members[0].arg(0)) and str(members[0].arg(0)) in _ENUM_DOMAINS:
         name = str(members[0].arg(0))

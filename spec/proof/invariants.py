@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mla_model.decision import Decision
-from mla_model.derived import is_quantized_kv_cache, kernel_kv_dtype
+from mla_model.derived import is_quantized_kv_cache
 from mla_model.failures import (
     ASM_FAILURES,
     GLUON_FAILURES,
@@ -28,12 +28,13 @@ from mla_model.failures import (
     first_failure,
     first_of,
     known_wrong_text,
+    segmented_fits,
     symptom_of,
     v_scale_text,
     v_scaled_once,
 )
 from mla_model.logic import Term, all_of, any_of, eq, iff, implies, is_in, ne, not_
-from mla_model.registry import Registry, segmented_mla_fits
+from mla_model.registry import Registry
 from mla_model.route import ASM_PATHS, LSE_PATHS
 
 # Paths whose kernel is causal only: Gluon verify (asserted, 0.34.0 L3510), the Triton verifies and AITER's
@@ -181,7 +182,7 @@ def _dcp_verify_supported(d: Decision) -> Term:
     return all_of(
         implies(
             eq(r.path, "segmented_dcp_verify"),
-            all_of(s.causal, segmented_mla_fits(s.arch, kernel_kv_dtype(s), r.decode_heads)),
+            all_of(s.causal, segmented_fits(d)),
         ),
         implies(eq(r.path, "triton_dcp_verify"), all_of(s.causal, eq(s.arch, "gfx942"))),
     )
@@ -208,10 +209,7 @@ def _total(d: Decision) -> Term:
         _block_n_key_exists(d),
         _head_padding_round_trips(d),
         _dcp_returns_lse(d),  # the DCP merge asserts an LSE after the kernel ran
-        implies(
-            eq(d.route.path, "segmented_dcp_verify"),
-            segmented_mla_fits(d.shape.arch, kernel_kv_dtype(d.shape), d.route.decode_heads),
-        ),
+        implies(eq(d.route.path, "segmented_dcp_verify"), segmented_fits(d)),
     )
 
 

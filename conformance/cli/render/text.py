@@ -268,7 +268,8 @@ def explanation(out: dict, shape: Shape, revision: str, registry: str, console: 
         console.print(f"  {inv_id}: {verdict}: {v['symptom']}", soft_wrap=True)
         if v["violated"]["violated"]:  # the conjuncts that break it, where z3 can name them
             given = f"given {', '.join(v['violated']['given'])}: " if v["violated"]["given"] else ""
-            console.print(f"    [dim]{given}[/]{'; '.join(v['violated']['violated'])}", soft_wrap=True)
+            violated = "; ".join(v["violated"]["violated"])
+            console.print(f"    [dim]{escape(given)}[/]{escape(violated)}", soft_wrap=True)
 
 
 def memory_explanation(memory: Any, why_not: str | None, default_seqs: bool, console: Console) -> None:

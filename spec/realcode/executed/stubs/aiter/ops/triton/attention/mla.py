@@ -117,6 +117,6 @@ def _lds_refusal(heads: int, kv_buffer: torch.Tensor) -> str | None:
     SEGMENTED_LDS, from mla_model.registry.segmented_mla_fits; sources §60); None where it does."""
     from mla_model.registry import segmented_mla_fits
 
-    if segmented_mla_fits(STATE.arch, recorder.dtype_name(kv_buffer.dtype), heads):
+    if segmented_mla_fits(STATE.arch, recorder.dtype_name(kv_buffer.dtype) == "fp8", heads):
         return None
     return f"triton OutOfResources: segmented MLA for {heads} fp8 heads needs 128 KiB of LDS on {STATE.arch}"
