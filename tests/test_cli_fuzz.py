@@ -510,6 +510,15 @@ class Fakes:
             else [],
             "failures": rows if failing else [],
             "skips": [{"item": "tests/v1/attention/test_a.py::test_skip", "reason": "needs gfx942\nx"}],
+            "by_file": {
+                "tests/v1/attention/test_a.py": {
+                    "passed": 6 if failing else 9,
+                    "failed": 3 if failing else 0,
+                    "error": 0,
+                    "skipped": 1,
+                    "not_runnable": 0,
+                }
+            },
             "pytest_exit": 1 if failing else 0,
             "wall_s": 0.5,
         }

@@ -53,6 +53,7 @@ def test_mini_file_is_equivalent_to_the_0_28_model_symbolically_and_bounded():
             "wants_persistent_metadata",
             "mtp_decode_qlen",
             "decode_heads",
+            "dcp_route",
         )
     }
     bounded = {r.function: r for r in rows if r.method == "bounded"}

@@ -203,7 +203,8 @@ def declared_env_default(envs_file: Path, name: str) -> Any:
     for node in tree.body:
         if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
             for stmt in node.body:
-                if isinstance(stmt, ast.AnnAssign) and getattr(stmt.target, "id", None) == name:
+                target = getattr(stmt, "target", None)
+                if isinstance(stmt, ast.AnnAssign) and getattr(target, "id", None) == name and stmt.value:
                     return ast.literal_eval(stmt.value)
     raise KeyError(name)
 
