@@ -197,6 +197,7 @@ class Step:
                 self.options,
                 gen,
                 device,
+                kv_values=self.replay is not None,  # a record-only run reads no KV value
             )
             out["_batch"] = batch
             cache, common = (

@@ -170,8 +170,14 @@ class Batch:
     block_table: torch.Tensor
 
 
-def batch(shape: Shape, options: dict[str, Any], gen: torch.Generator, device: torch.device) -> Batch:
-    """The CommonAttentionMetadata of a decode-only step (vllm/v1/attention/backend.py) and its tensors."""
+def batch(
+    shape: Shape, options: dict[str, Any], gen: torch.Generator, device: torch.device, kv_values: bool = True
+) -> Batch:
+    """The CommonAttentionMetadata of a decode-only step (vllm/v1/attention/backend.py) and its tensors.
+
+    ``kv_values=False`` leaves the KV cache zero: where no kernel computes (the record-only run of the
+    executed differential) nothing reads it, and drawing it was most of the run's time per shape.  The
+    query is random either way: the record tells the kernel's heads apart by their values."""
     from vllm.v1.attention.backend import CommonAttentionMetadata
 
     R, Q, H = shape.num_reqs, shape.max_qo_len, shape.num_heads
@@ -189,7 +195,11 @@ def batch(shape: Shape, options: dict[str, Any], gen: torch.Generator, device: t
         at += n
     fp8 = shape.kv_cache_dtype in FP8_KV_CACHE_DTYPES
     kv_scale = float(option(options, "kv_scale")) if fp8 else 1.0
-    kv_true = torch.randn(total_pages * block, HEAD_SIZE, generator=gen) * 0.5
+    kv_true = (
+        torch.randn(total_pages * block, HEAD_SIZE, generator=gen) * 0.5
+        if kv_values
+        else torch.zeros(total_pages * block, HEAD_SIZE)
+    )
     if fp8:
         stored = (kv_true / kv_scale).to(fp8_dtype(shape))
         kv_true = stored.float() * kv_scale  # the logical values are what the fp8 cache really holds
