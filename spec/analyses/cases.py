@@ -41,7 +41,7 @@ import z3
 from mla_model.case import Case, case_id, case_seed, expected_route
 from mla_model.decision import decide
 from mla_model.logic import Term
-from mla_model.shape import FIELD_BY_NAME, GIB, Shape
+from mla_model.shape import DCP_WORLD_SIZES, FIELD_BY_NAME, GIB, Shape
 from spec.proof.invariants import INVARIANTS
 from spec.proof.prover import (
     MINIMISE_ORDER,
@@ -298,6 +298,42 @@ def threshold_pairs(p: Problem) -> Iterable[tuple[str, Shape, Shape]]:
                     yield f"threshold {label}", *found
 
 
+# DCP verify at each DCP size on both sides of the head counts its routes turn on: the native cprr counts
+# (vLLM 0.34.0 L590 _NATIVE_CPRR_HEADS, a count between two pads up) on gfx950, and segmented MLA's gfx942
+# fp8 LDS bound of 64 gathered heads (L436-449), past which the Triton DCP verify serves.  The MC/DC pairs
+# flip the model's conditions one at a time; these pin the release's constants at every DCP size (the
+# DCP mutation report found cprr counts 17-32 and the Triton verify at dcp 2 unpinned).
+_DCP_PROBES = (
+    ("gfx950", "auto", 3, (8, 16, 24, 32, 40, 48, 64, 96, 128)),  # CPRR at qlen 3
+    ("gfx942", "fp8", 2, (64, 72, 128)),  # segmented up to 64 gathered heads, Triton past it
+)
+
+
+def dcp_boundaries(p: Problem) -> list[tuple[str, Shape]]:
+    """A valid MTP verify step per DCP size and gathered head count of :data:`_DCP_PROBES` (those the head
+    count divides); none for a revision without DCP."""
+    out = []
+    for arch, kv, qlen, gathered in _DCP_PROBES:
+        for dcp in DCP_WORLD_SIZES[1:]:
+            for g in gathered:
+                if g % dcp:
+                    continue
+                shape = Shape(
+                    arch=arch,
+                    kv_cache_dtype=kv,
+                    num_heads=g // dcp,
+                    dcp_world_size=dcp,
+                    max_qo_len=qlen,
+                    spec_method="mtp",
+                    num_spec_tokens=qlen - 1,
+                )
+                if p.revision.is_valid(shape, p.registry):
+                    out.append(
+                        (f"dcp boundary: {g} gathered heads at dcp {dcp} ({arch} {kv} qlen {qlen})", shape)
+                    )
+    return out
+
+
 # ---------------------------------------------------------------------------- route coverage
 
 
@@ -389,6 +425,7 @@ def generate(revision: str, registry: str = "aiter-0.1.20", routes: int = 0) -> 
     for origin, *shapes in threshold_pairs(p):
         _confirm_pair(p, origin, shapes)
         found += [(origin, s) for s in shapes]
+    found += dcp_boundaries(p)
     if routes:
         for origin, shape in route_witnesses(p, routes):
             _confirm_pair(p, origin, [shape])
