@@ -270,21 +270,28 @@ def dcp_route(f: Features, s: Any, c: DCPConfig, causal: Term) -> tuple[Term, Te
         ],
         "plain",
     )
-    no_route = all_of(
-        multi,
-        not_(all_of(c.asm_selected, qlen >= _MIN_CPRR_QLEN)),
-        not_(c.supports_triton),
-        not_(c.supports_segmented),
-    )
-    return route, no_route
+    return route, all_of(multi, eq(route, "plain"))  # no route serves it: RuntimeError
 
 
-def divides_cprr_heads(h: Term, m: Term) -> Term:
+def _divides_cprr_heads(h: Term, m: Term) -> Term:
     """``m % h == 0`` for a native cprr head count ``m`` (get_mla_padded_q with target_heads, 0.34.0
     L2510-2530), as membership: exact and linear."""
     return any_of(
         *[all_of(m == n, is_in(h, [d for d in range(1, n + 1) if n % d == 0])) for n in _NATIVE_CPRR_HEADS]
     )
+
+
+def asm_query_heads(dcp_route: Term, cprr_heads: Term, heads: Term, m: Term) -> tuple[Term, Term]:
+    """The heads forward_mqa hands the ASM kernel and how get_mla_padded_q makes them: ``m``
+    (get_actual_mla_num_heads of the gathered ``heads``), except on the CPRR route, which pads the query to
+    its native cprr head count where that is more (0.34.0 L3605-3637)."""
+    pad_to_cprr = all_of(eq(dcp_route, "cprr"), cprr_heads > heads)
+    divisor = any_of(
+        all_of(pad_to_cprr, _divides_cprr_heads(heads, cprr_heads)),
+        all_of(not_(pad_to_cprr), divides_padded(heads, m)),
+    )
+    padded = if_then_else(pad_to_cprr, cprr_heads, m)
+    return padded, padding_of(heads, padded, divisor)
 
 
 def route(f: Features, s: Any, reg: Registry) -> Route:
@@ -295,7 +302,8 @@ def route(f: Features, s: Any, reg: Registry) -> Route:
     dcp = s.dcp_world_size > 1
     m_plain = get_actual_mla_num_heads(heads, reg)
     c = dcp_config(f, s, heads)
-    mtp_decode_qlen = threshold(f, s)  # self.reorder_batch_threshold or 1
+    # self.reorder_batch_threshold or 1 (:func:`threshold`)
+    mtp_decode_qlen = f.reorder_batch_threshold(s, c.supports_dcp_with_varlen)
     gd = use_gluon_decode(f, heads, qlen, dtype, s.kv_cache_bytes, s)
     gv = use_gluon_verify(f, heads, qlen, dtype, s.dcp_world_size, causal, s.kv_cache_bytes, s)
     droute, no_route = dcp_route(f, s, c, causal)
@@ -318,9 +326,7 @@ def route(f: Features, s: Any, reg: Registry) -> Route:
         not_(use_triton_verify),
         any_of(not_(causal), heads >= 16, qlen <= ASM_PADDED_MAX_PS_QLEN, fp8),
     )
-    # the CPRR route pads the query to its native cprr head count (0.34.0 L3605-3637)
-    pad_to_cprr = all_of(cprr, c.cprr_heads > heads)
-    m = if_then_else(pad_to_cprr, c.cprr_heads, m_plain)
+    m, head_padding = asm_query_heads(droute, c.cprr_heads, heads, m_plain)
     raises = (
         all_of(not_(causal), qlen == 2, fp8, not_(is_in(m_plain, _AITER_FP8_NON_CAUSAL_QLEN2_HEADS)))
         if f.causal
@@ -337,14 +343,7 @@ def route(f: Features, s: Any, reg: Registry) -> Route:
         mtp_decode_qlen,
         heads,
         m,
-        head_padding=padding_of(
-            heads,
-            m,
-            any_of(
-                all_of(pad_to_cprr, divides_cprr_heads(heads, m)),
-                all_of(not_(pad_to_cprr), divides_padded(heads, m_plain)),
-            ),
-        ),
+        head_padding=head_padding,
         padded_q_heads=m,
         causal=causal,
         gluon_batch_is_one=s.num_reqs == 1,  # native 4-D MTP: one batch row per request

@@ -35,19 +35,17 @@ from typing import Any
 import z3
 
 from mla_model.derived import is_quantized_kv_cache, parallel_drafting, reorder_batch_threshold
-from mla_model.logic import EnumTerm, Term, all_of, any_of, choose, eq, if_then_else, implies, not_
+from mla_model.logic import EnumTerm, Term, all_of, choose, eq, implies, not_
 from mla_model.registry import Registry
 from mla_model.revisions.base import (
     Revision,
     Rule,
     asm_request,
     causal_only,
-    divides_padded,
     forward_path,
     no_dcp,
-    padding_of,
 )
-from mla_model.revisions.dcp_era import DEFAULT_BLOCK_SIZE, divides_cprr_heads, fp8_v_scale_fix
+from mla_model.revisions.dcp_era import DEFAULT_BLOCK_SIZE, asm_query_heads, fp8_v_scale_fix
 from mla_model.route import DCP_ROUTES, Route
 from mla_model.shape import KV_CACHE_DTYPES, Shape
 from spec.proof.terms import symbolic_shape
@@ -322,12 +320,8 @@ def _real_revision(source: Source, lifting: bool) -> Revision:
         o = outputs(s)
         H = o["H"]
         droute = EnumTerm(DCP_ROUTES, o["droute"]) if z3.is_expr(o["droute"]) else DCP_ROUTES[o["droute"]]
-        # forward_mqa pads the query to the cprr head count on the CPRR route (0.34.0 L3605-3637; not lifted)
-        pad_to_cprr = all_of(eq(droute, "cprr"), o["cprr_heads"] > H)
-        m = if_then_else(pad_to_cprr, o["cprr_heads"], o["m"])
-        divisor = any_of(
-            all_of(pad_to_cprr, divides_cprr_heads(H, m)), all_of(not_(pad_to_cprr), divides_padded(H, m))
-        )
+        # forward_mqa's padding of the query (not lifted: it takes tensors) is the model's
+        m, head_padding = asm_query_heads(droute, o["cprr_heads"], H, o["m"])
         return Route(
             path=forward_path(o["gd"], o["impl_gv"], o["gate"], o["triton"], dcp_route=droute),
             use_gluon_decode=o["gd"],
@@ -336,7 +330,7 @@ def _real_revision(source: Source, lifting: bool) -> Revision:
             wants_persistent_metadata=o["wants"],
             mtp_decode_qlen=o["T"],
             decode_heads=H,
-            head_padding=padding_of(H, m, divisor),
+            head_padding=head_padding,
             padded_q_heads=m,
             request=asm_request(
                 s,
