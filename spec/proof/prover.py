@@ -14,10 +14,12 @@ over unbounded integers:
 * unknown (timeout, or the solver gives up): UNKNOWN.  Never a pass.
 
 How it stays fast (docs/reference/benchmarks.md): one incremental solver per
-(revision, registry) for all its invariants (:func:`check_many`); classes that a
-known smallest counterexample (of another invariant or registry) is in are found
-and minimised from that shape first, and z3 still proves each reported shape least,
-so the output is the same with or without them.
+(revision, registry) for all its invariants (:func:`check_many`); the class view's
+terms are named once per invariant, so a class and its blocking clause read only
+those names; classes that a known smallest counterexample (of another invariant or
+registry) is in are found from that shape first, and one call proves nothing in the
+class comes before it (:func:`_least_from`), so the output is the same with or
+without them.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import z3
 
 from mla_model.decision import Decision, decide
 from mla_model.failures import symptom_of
-from mla_model.logic import EnumTerm, Term
+from mla_model.logic import EnumTerm, Term, all_of, any_of, not_
 from mla_model.registry import Registry, load_registry
 from mla_model.revisions import get_revision
 from mla_model.revisions.base import Revision
@@ -140,6 +142,25 @@ def problem(revision: str | Revision, registry: str | Registry) -> Problem:
     return _problem(*_resolve(revision, registry))
 
 
+def _named(solver: z3.Solver, view: dict[str, Term]) -> dict[str, Term]:
+    """The class view with each term named by a constant the solver defines as that term.
+
+    A class and its blocking clause then read only those constants, so what z3 builds for the view's
+    terms is built once per invariant, not again inside each class's push/pop (terms first met inside a
+    scope are dropped on its pop and built again on the next)."""
+    named: dict[str, Term] = {}
+    for name, term in view.items():
+        if isinstance(term, EnumTerm):
+            const = z3.Int(f"view!{name}")
+            solver.add(const == term.term)
+            named[name] = EnumTerm(term.values, const)
+        else:
+            const = z3.Bool(f"view!{name}")
+            solver.add(const == as_z3(term))
+            named[name] = const
+    return named
+
+
 def _view_key(view: dict[str, Term], model: z3.ModelRef) -> tuple:
     key = []
     for name, term in view.items():
@@ -156,15 +177,13 @@ def _view_equals(view: dict[str, Term], key: tuple) -> Term:
     for name, value in key:
         term = view[name]
         if isinstance(term, EnumTerm):
-            terms.append(term.term == term.code(value))
+            terms.append(_compare(term.term, "==", term.code(value)))
         else:
             terms.append(as_z3(term) == z3.BoolVal(value))
-    return z3.And(*terms)
+    return all_of(*terms)
 
 
-def _minimal_model(
-    p: Problem, s: z3.Solver, class_is: Any, model: z3.ModelRef, given: bool = False
-) -> z3.ModelRef | None:
+def _minimal_model(p: Problem, s: z3.Solver, class_is: Any, model: z3.ModelRef) -> z3.ModelRef | None:
     """The smallest counterexample of a class: lexicographic descent on MINIMISE_ORDER.
 
     Each objective is searched with an incremental solver and then pinned, which
@@ -172,13 +191,7 @@ def _minimal_model(
     their defaults where the class allows it (fewest surprises for a reader), else
     their least value, so the same problem gives the same counterexample every run.
     ``s`` holds the constraints and the violation; the class and the pins live inside a push/pop.
-
-    The descent starts from ``model``'s values: a model of the class (the one that found it), or, with
-    ``given``, a shape's values that z3 has not placed in the class (:func:`_given`), such as the
-    smallest counterexample of another invariant or registry.  Every pin is still one z3 answered
-    (nothing smaller, given the pins before it), and the result must be a model z3 found with every
-    field pinned, so a given shape that is least costs one call per field that finds nothing smaller,
-    and one that is not in the class ends in None.
+    The descent starts from ``model``, a model of the class.
     """
     v = p.symbolic.variables
     s.push()
@@ -188,19 +201,78 @@ def _minimal_model(
         least = minimise_in_order(s, objectives, model)
         if least is not None:
             least = canonical_model(s, v, MINIMISE_ORDER, least)
-        if given and least is model:  # no call was satisfiable since: does z3 have a model?
-            least = s.model() if s.check() == z3.sat else None
         return least
     finally:
         s.pop()
 
 
-def _given(p: Problem, shape: Shape) -> z3.ModelRef:
-    """A shape's values as a z3 model (z3 has not checked it against anything)."""
-    model = z3.Model()
-    for _, var, value in shape_pins(p.symbolic.variables, shape):
-        model.update_value(var, value)
-    return model
+def _least_from(p: Problem, s: z3.Solver, held: Any, class_is: Any, hint: Shape) -> z3.ModelRef | None:
+    """The smallest counterexample of a class, given a shape the Python interpretation places in it (the
+    smallest counterexample of another invariant or registry, say): None when z3 does not.
+
+    ``held`` is what places a shape in the class (the constraints, the violation and the class's view
+    values, as one term): z3 evaluates it on the hint's values.  Then one call asks for a shape of the
+    class before the hint in the descent's order (:func:`_before`).  Where there is none, the hint is the
+    least, the shape the descent would end on; otherwise the descent starts from the earlier shape z3
+    gave.  Either way the shape returned is one z3 proved least.
+    """
+    given = z3.Model()
+    for _, var, value in shape_pins(p.symbolic.variables, hint):
+        given.update_value(var, value)
+    if not z3.is_true(given.eval(held, model_completion=True)):
+        return None
+    answer = s.check(class_is, _before(p.symbolic.variables, hint))
+    if answer == z3.unsat:
+        return given
+    if answer == z3.unknown:
+        return None
+    return _minimal_model(p, s, class_is, s.model())
+
+
+def _before(variables: dict[str, Any], shape: Shape) -> Any:
+    """The z3 condition that a shape comes before ``shape`` in the descent's order: its
+    :func:`_python_rank` vector is lexicographically smaller.  Per field, "rank below" and "rank equal" as
+    z3 terms: a MINIMISE_ORDER field by its value (an enum by its code), any other by 0 at its Shape
+    default (``_wanted``) and 1 + its distance from its least value otherwise.  Built with the logic
+    vocabulary, which builds each term once (hints share most of their fields' ranks)."""
+    rank = _python_rank(shape)
+    wanted, _ = _wanted(variables)
+    at_default = {spec.name: term for spec, term in zip(FIELDS, wanted)}
+    pairs: list[tuple[Any, Any]] = []
+    for name, k in zip(MINIMISE_ORDER, rank):
+        var = variables[name]
+        pairs.append((_compare(var, "<", k), _compare(var, "==", k)))
+    others = [spec for spec in FIELDS if spec.name not in MINIMISE_ORDER]
+    for spec, k in zip(others, rank[len(MINIMISE_ORDER) :]):
+        default = at_default[spec.name]
+        if k == 0:
+            pairs.append((False, default))
+        elif spec.kind == "bool":
+            pairs.append((default, not_(default)))
+        else:
+            var, value = variables[spec.name], k - 1 + (spec.minimum if spec.kind == "int" else 0)
+            below = any_of(default, _compare(var, "<", value))
+            pairs.append((below, all_of(not_(default), _compare(var, "==", value))))
+    before: Any = False
+    for below, equal in reversed(pairs):
+        before = any_of(below, all_of(equal, before))
+    return before
+
+
+_COMPARISONS: dict[tuple[int, str, int], tuple[Any, Any]] = {}
+
+
+def _compare(term: Any, op: str, value: int) -> Any:
+    """``term < value``, ``term <= value`` or ``term == value`` for a z3 integer term, built once (the
+    descents ask the same bounds of the same fields again and again)."""
+    key = (term.get_id(), op, value)
+    hit = _COMPARISONS.get(key)
+    if hit is None or not hit[0].eq(term):
+        if len(_COMPARISONS) >= 100_000:
+            _COMPARISONS.clear()
+        made = term < value if op == "<" else term <= value if op == "<=" else term == value
+        hit = _COMPARISONS[key] = (term, made)
+    return hit[1]
 
 
 @lru_cache(maxsize=4096)
@@ -356,7 +428,7 @@ def minimise_in_order(
         while lo < hi:
             mid = hi - 1 if asked == 0 else lo if asked == 1 else (lo + hi) // 2
             asked += 1
-            answer = s.check(term <= mid)
+            answer = s.check(_compare(term, "<=", mid))
             if answer == z3.sat:
                 model = s.model()
                 hi = model.eval(term, model_completion=True).as_long()
@@ -364,7 +436,7 @@ def minimise_in_order(
                 lo = mid + 1
             else:
                 return None
-        s.add(term == hi)
+        s.add(_compare(term, "==", hi))
     return model
 
 
@@ -479,7 +551,9 @@ def _check_one(
     that break it (blocking each class's view), and minimise each class as it is found, trying first
     the best shape of ``pool`` in it (each smallest counterexample found joins ``pool``)."""
     solver.add(z3.Not(as_z3(inv.holds(p.decision))))
-    view = view_terms(p.decision, inv.view)
+    held = all_of(*solver.assertions())
+    terms = view_terms(p.decision, inv.view)
+    view = _named(solver, terms)
     hints = _hints(p, inv, pool)
     result = CheckResult(p.revision.id, p.registry.id, inv.id, PROVED, 0.0)
     unminimised = 0
@@ -506,7 +580,7 @@ def _check_one(
         if max_classes is not None and result.classes >= max_classes:
             break
         class_is = _view_equals(view, key)
-        model = _minimal_model(p, solver, class_is, _given(p, hint), given=True)
+        model = _least_from(p, solver, all_of(held, _view_equals(terms, key)), class_is, hint)
         if model is not None:
             result.classes += 1
             solver.add(z3.Not(class_is))
