@@ -337,6 +337,49 @@ def _np_choose(values: tuple[str, ...], cases: list[tuple[Any, str]], default: s
     return EnumTerm(values, out)
 
 
+# --- functions of few small values -----------------------------------------------------
+
+
+def tabulated(fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` for a pure function of a few integer, boolean or enumeration values.
+
+    z3 and Python: ``fn(*args)``.  numpy: where the array arguments' values span a grid (the product of
+    their ranges) of at most a quarter as many cells as there are rows, ``fn`` runs once on that grid (in
+    the numpy interpretation, each cell a row) and every row takes its cell, by one index computed in
+    place and one gather; else ``fn(*args)`` on the rows.  The result is the same: a lookup that costs
+    several passes per row (a kernel-table request, say) then costs a pass per argument.
+    """
+    if _kind(*args) != "np":
+        return fn(*args)
+    arrays = [(i, a.term if isinstance(a, EnumTerm) else a) for i, a in enumerate(args)]
+    arrays = [(i, col) for i, col in arrays if _is_array(col)]
+    if not arrays:
+        return fn(*args)
+    rows = arrays[0][1].shape
+    bounds = [(int(col.min()), int(col.max())) for _, col in arrays]
+    sizes = [hi - lo + 1 for lo, hi in bounds]
+    if any(col.shape != rows for _, col in arrays) or int(np.prod(sizes)) * 4 > arrays[0][1].size:
+        return fn(*args)
+    axes = np.indices(sizes).reshape(len(sizes), -1)
+    grid_args = list(args)
+    for (i, col), (lo, _), axis in zip(arrays, bounds, axes):
+        cell = (axis + lo).astype(col.dtype)
+        grid_args[i] = EnumTerm(args[i].values, cell) if isinstance(args[i], EnumTerm) else cell
+    on_grid = fn(*grid_args)
+    if not _is_array(on_grid):  # one value on every cell: every row takes it
+        return on_grid
+    index, stride = None, 1
+    for (_, col), (lo, _), size in reversed(list(zip(arrays, bounds, sizes))):
+        part = col.astype(np.int64)
+        if lo:
+            part -= lo
+        if stride != 1:
+            part *= stride
+        index = part if index is None else np.add(index, part, out=index)
+        stride *= size
+    return _settle(on_grid[index])
+
+
 # --- comparisons and membership ------------------------------------------------------
 
 

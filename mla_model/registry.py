@@ -29,6 +29,7 @@ from mla_model.logic import (
     not_,
     product,
     product_in,
+    tabulated,
     tuple_in,
 )
 from mla_model.route import KernelRequest
@@ -445,8 +446,12 @@ def v_scale_dropped(reg: Registry, arch: Term, req: KernelRequest, lookup: AsmLo
 def probe_drops_v_scale(reg: Registry, arch: Term, heads: Term, qlen: Term, q_dtype: Term = "fp8") -> Term:
     """What vLLM 0.34.0's V-scale probe finds (sources §57): one request's causal block of ``qlen`` tokens
     on ``heads`` heads over an fp8 cache, persistent, lands on a kernel that leaves V unscaled."""
-    probe = KernelRequest(q_dtype, "fp8", heads, qlen, persistent=True, causal=True)
-    return v_scale_dropped(reg, arch, probe, asm_lookup(reg, arch, probe, 1))
+
+    def drops(arch: Term, heads: Term, qlen: Term) -> Term:
+        probe = KernelRequest(q_dtype, "fp8", heads, qlen, persistent=True, causal=True)
+        return v_scale_dropped(reg, arch, probe, asm_lookup(reg, arch, probe, 1))
+
+    return tabulated(drops, arch, heads, qlen)
 
 
 def kernel_fault_matches(

@@ -20,6 +20,7 @@ from mla_model.logic import (
     not_,
     product,
     product_in,
+    tabulated,
     tuple_in,
 )
 
@@ -87,3 +88,44 @@ def test_tuple_in_mixes_plain_array_and_symbolic_terms():
     s = z3.Solver()
     s.add(tuple_in([EnumTerm(arch, z3.IntVal(1)), "fp8", x, z3.BoolVal(True)], rows))
     assert s.check() == z3.sat and s.model()[x].as_long() == 16
+
+
+_COLOURS = ("red", "green", "blue")
+
+
+def _paint(colour, n, flag):
+    """A function of an enumeration, an int and a boolean, written in the logic vocabulary."""
+    return any_of(all_of(is_in(colour, ("red", "blue")), n > 7), all_of(flag, is_in(n, (2, 3, 5))))
+
+
+@given(st.integers(0, 40), st.integers(-5, 5), st.data())
+def test_tabulated_is_the_function_row_by_row(spread, offset, data):
+    """tabulated gives each row fn of its values whether it gathers from a grid (many rows over few values)
+    or falls back to fn on the rows (a grid too large for them), with ints shifted off zero."""
+    row = st.tuples(st.sampled_from(_COLOURS), st.integers(0, spread), st.booleans())
+    drawn = data.draw(st.lists(row, min_size=1, max_size=50))
+    rows = drawn * (400 // len(drawn) + 1)  # at least 400 rows: a grid of up to 100 cells is used
+    colours = EnumTerm(_COLOURS, np.array([_COLOURS.index(c) for c, _, _ in rows], dtype=np.int8))
+    ns = np.array([n + offset for _, n, _ in rows], dtype=np.int32)
+    flags = np.array([f for _, _, f in rows], dtype=bool)
+    got = np.broadcast_to(tabulated(_paint, colours, ns, flags), (len(rows),))
+    want = [_paint(c, n + offset, f) for c, n, f in rows]
+    assert got.tolist() == want
+
+
+def test_tabulated_gathers_from_the_grid_and_passes_symbolic_terms_through():
+    calls = []
+
+    def counted(colour, n, flag):
+        calls.append(np.size(n))
+        return _paint(colour, n, flag)
+
+    rng = np.random.default_rng(0)
+    colours = EnumTerm(_COLOURS, rng.integers(0, 3, 10_000).astype(np.int8))
+    ns, flags = rng.integers(5, 17, 10_000).astype(np.int32), rng.integers(0, 2, 10_000).astype(bool)
+    got = tabulated(counted, colours, ns, flags)
+    assert calls == [3 * 12 * 2]  # once, on the grid of the values present
+    assert got.tolist() == _paint(colours, ns, flags).tolist()
+    x = z3.Int("x")
+    term = tabulated(lambda n: n > 3, x)
+    assert term.eq(x > 3)
