@@ -150,6 +150,29 @@ def test_head_map_names_the_query_head_each_kernel_head_copies(dtype):
     assert head_map(q.to(torch.bfloat16), q.to(torch.bfloat16).float()) == [0, 1, 2, 3]  # by value
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fnuz"])
+def test_head_map_of_a_record_only_query_reads_as_the_full_comparison(dtype):
+    """A record-only batch's query is random on its first token and zero after it (configs.batch): the
+    one-pass confirmation gives the full comparison's answer, a later token set on a padded head included."""
+    torch = pytest.importorskip("torch")
+    from spec.realcode.executed.child import head_map
+
+    q = torch.zeros(6, 4, 576).to(getattr(torch, dtype))
+    q[0] = torch.randn(4, 576, generator=torch.Generator().manual_seed(1)).to(q.dtype)
+    changed = q.repeat_interleave(2, dim=1)
+    changed[3, 5] = q[0, 0]  # head 5 copies head 2's first token, but not its zero tokens
+    paddings = [
+        q.repeat_interleave(4, dim=1),
+        q.repeat(1, 4, 1),
+        torch.cat([q, torch.zeros_like(q)], dim=1),
+        changed,
+        q.flip(1),
+    ]
+    for padded in paddings:
+        assert head_map(q, padded, rest_zero=True) == head_map(q, padded)
+    assert head_map(q, changed, rest_zero=True) == [0, 0, 1, 1, 2, -1, 3, 3]
+
+
 def test_the_harness_leaves_no_scratch_behind(tmp_path, monkeypatch):
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     import tempfile

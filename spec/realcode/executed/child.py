@@ -15,6 +15,7 @@ never reached.
 
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -73,21 +74,47 @@ def install(release_file: Path, tree: Path | None) -> Any:
 
 def clear_caches(module: Any) -> None:
     """Every lru_cache in the release module (arch and build probes), and the Gluon import, per shape."""
+    for target in _cached_functions(module):
+        target.cache_clear()
+    global _MODULES_SEEN
+    if len(sys.modules) != _MODULES_SEEN:  # something was imported since: a Gluon module, maybe
+        for name in [n for n in sys.modules if n.startswith("aiter.ops.triton.gluon")]:
+            if name != "aiter.ops.triton.gluon":
+                del sys.modules[name]
+        _MODULES_SEEN = len(sys.modules)
+
+
+_MODULES_SEEN = -1
+_CACHED: dict[int, tuple[Any, list[Any]]] = {}
+
+
+def _cached_functions(module: Any) -> list[Any]:
+    """The release module's functions and class attributes with a ``cache_clear``, found once per module."""
+    hit = _CACHED.get(id(module))
+    if hit is not None and hit[0] is module:
+        return hit[1]
+    found = []
     for value in list(vars(module).values()):
         targets = [value]
         if isinstance(value, type):
             targets = [getattr(value, n, None) for n in vars(value)]
-        for t in targets:
-            if hasattr(t, "cache_clear"):
-                t.cache_clear()
-    for name in [n for n in sys.modules if n.startswith("aiter.ops.triton.gluon")]:
-        if name != "aiter.ops.triton.gluon":
-            del sys.modules[name]
+        found += [t for t in targets if hasattr(t, "cache_clear")]
+    _CACHED[id(module)] = (module, found)
+    return found
 
 
 def _error_where(tb: Any, release_file: Path) -> str:
-    frames = [f for f in traceback.extract_tb(tb) if Path(f.filename).resolve() == release_file]
-    return f"{frames[-1].name}:{frames[-1].lineno}" if frames else ""
+    """The release's innermost frame in a traceback, as ``function:line``."""
+    where = ""
+    for frame, lineno in traceback.walk_tb(tb):
+        if _resolved(frame.f_code.co_filename) == release_file:
+            where = f"{frame.f_code.co_name}:{lineno}"
+    return where
+
+
+@functools.cache
+def _resolved(filename: str) -> Path:
+    return Path(filename).resolve()
 
 
 def stub_fault(e: BaseException) -> bool:
@@ -103,7 +130,7 @@ def stub_fault(e: BaseException) -> bool:
     )
 
 
-def head_map(original: Any, padded: Any) -> list[int]:
+def head_map(original: Any, padded: Any, rest_zero: bool = False) -> list[int]:
     """For each head the kernel sees, the index of the query head it is a copy of (-1: none).
 
     A copied head holds exactly its source's bits, so heads are matched bit for bit (values, where the
@@ -111,7 +138,9 @@ def head_map(original: Any, padded: Any) -> list[int]:
     fp32): each padded head is looked up by its first :data:`HEAD_KEY` words of the first token, which
     tell apart the heads of a random query, and the match is confirmed over the whole head, all heads
     in one comparison.  Where those words match more than one head (equal heads), the lowest whose
-    whole head is equal is the source.
+    whole head is equal is the source.  ``rest_zero`` says the original is zero past its first token
+    (a record-only batch, ``configs.batch``): a head is then a copy where its first token is and the rest
+    of it is zero, which one pass over the padded query confirms.
     """
     import torch
 
@@ -123,7 +152,10 @@ def head_map(original: Any, padded: Any) -> list[int]:
         by_key.setdefault(tuple(k), []).append(i)
     found = [by_key.get(tuple(k), []) for k in b[0, :, :HEAD_KEY].tolist()]
     first = torch.tensor([c[0] if c else 0 for c in found], dtype=torch.long)
-    differs = (a.index_select(1, first) != b).any(dim=2).any(dim=0).tolist()
+    if rest_zero:
+        differs = ((a[0].index_select(0, first) != b[0]).any(dim=1) | b[1:].any(dim=2).any(dim=0)).tolist()
+    else:
+        differs = (a.index_select(1, first) != b).any(dim=2).any(dim=0).tolist()
     out = []
     for i, (cands, diff) in enumerate(zip(found, differs)):
         if cands and not diff:
@@ -197,7 +229,7 @@ class Step:
                 self.options,
                 gen,
                 device,
-                kv_values=self.replay is not None,  # a record-only run reads no KV value
+                values=self.replay is not None,  # a record-only run computes nothing
             )
             out["_batch"] = batch
             cache, common = (
@@ -253,7 +285,7 @@ class Step:
         batch = out.get("_batch")
         q = tensors.get("q", tensors.get("q_nope"))
         if batch is not None and q is not None and q.dim() == 3 and q.shape[0] == batch.q.shape[0]:
-            plain["head_map"] = head_map(batch.q[..., : q.shape[-1]], q)
+            plain["head_map"] = head_map(batch.q[..., : q.shape[-1]], q, rest_zero=batch.q_true is None)
         return plain
 
 

@@ -163,21 +163,23 @@ class Batch:
 
     common: Any
     q: torch.Tensor  # [R*Q, H, 576], the dtype the kernel is handed (fp8 already quantised by q_scale)
-    q_true: torch.Tensor  # float32 logical query
+    q_true: torch.Tensor | None  # float32 logical query (None in a record-only batch)
     kv_cache: torch.Tensor  # [pages, block_size, 576] in the cache dtype
-    kv_true: torch.Tensor  # float32 logical latent KV, one row per token slot
+    kv_true: torch.Tensor | None  # float32 logical latent KV, one row per token slot (None: record-only)
     kv_lens: list[int]
     block_table: torch.Tensor
 
 
 def batch(
-    shape: Shape, options: dict[str, Any], gen: torch.Generator, device: torch.device, kv_values: bool = True
+    shape: Shape, options: dict[str, Any], gen: torch.Generator, device: torch.device, values: bool = True
 ) -> Batch:
     """The CommonAttentionMetadata of a decode-only step (vllm/v1/attention/backend.py) and its tensors.
 
-    ``kv_values=False`` leaves the KV cache zero: where no kernel computes (the record-only run of the
-    executed differential) nothing reads it, and drawing it was most of the run's time per shape.  The
-    query is random either way: the record tells the kernel's heads apart by their values."""
+    ``values=False`` makes a record-only batch, for a run where no kernel computes (the executed
+    differential): nothing reads the KV cache, so it is zero, and the query is random on its first token
+    only, which is what the record tells the kernel's heads apart by (``child.head_map``); both are made
+    in their stored dtype at once, and ``q_true``/``kv_true`` are None.  Drawing and converting every
+    value was most of that run's time per shape."""
     from vllm.v1.attention.backend import CommonAttentionMetadata
 
     R, Q, H = shape.num_reqs, shape.max_qo_len, shape.num_heads
@@ -195,28 +197,23 @@ def batch(
         at += n
     fp8 = shape.kv_cache_dtype in FP8_KV_CACHE_DTYPES
     kv_scale = float(option(options, "kv_scale")) if fp8 else 1.0
-    kv_true = (
-        torch.randn(total_pages * block, HEAD_SIZE, generator=gen) * 0.5
-        if kv_values
-        else torch.zeros(total_pages * block, HEAD_SIZE)
-    )
-    if fp8:
-        stored = (kv_true / kv_scale).to(fp8_dtype(shape))
-        kv_true = stored.float() * kv_scale  # the logical values are what the fp8 cache really holds
-        cache = stored.view(total_pages, block, HEAD_SIZE)
-    else:
-        dtype = torch.float16 if shape.kv_cache_dtype == "float16" else torch.bfloat16
-        stored = kv_true.to(dtype)
-        kv_true = stored.float()
-        cache = stored.view(total_pages, block, HEAD_SIZE)
-    q_true = torch.randn(R * Q, H, HEAD_SIZE, generator=gen)
-    if shape.q_dtype == "fp8":
-        q_scale = float(option(options, "q_scale"))
-        q = (q_true / q_scale).to(fp8_dtype(shape))
+    half = torch.float16 if shape.kv_cache_dtype == "float16" else torch.bfloat16
+    kv_dtype = fp8_dtype(shape) if fp8 else half
+    q_fp8 = shape.q_dtype == "fp8"
+    q_scale = float(option(options, "q_scale")) if q_fp8 else 1.0
+    q_dtype = fp8_dtype(shape) if q_fp8 else torch.bfloat16
+    kv_true: torch.Tensor | None = None
+    q_true: torch.Tensor | None = None
+    if values:
+        stored = (torch.randn(total_pages * block, HEAD_SIZE, generator=gen) * 0.5 / kv_scale).to(kv_dtype)
+        kv_true = stored.float() * kv_scale  # the logical values are what the cache really holds
+        q = (torch.randn(R * Q, H, HEAD_SIZE, generator=gen) / q_scale).to(q_dtype)
         q_true = q.float() * q_scale
     else:
-        q = q_true.to(torch.bfloat16)
-        q_true = q.float()
+        stored = torch.zeros(total_pages * block, HEAD_SIZE, dtype=kv_dtype)
+        q = torch.zeros(R * Q, H, HEAD_SIZE, dtype=q_dtype)
+        q[0] = (torch.randn(H, HEAD_SIZE, generator=gen) / q_scale).to(q_dtype)
+    cache = stored.view(total_pages, block, HEAD_SIZE)
     qsl = torch.arange(0, (R + 1) * Q, Q, dtype=torch.int32)
     seq_lens = torch.tensor(kv_lens, dtype=torch.int32)
     common = CommonAttentionMetadata(

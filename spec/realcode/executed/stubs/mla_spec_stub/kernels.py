@@ -46,26 +46,29 @@ def _expand_page_indices_kernel(grid: tuple, a: dict[str, Any]) -> None:
     """
     import torch
 
-    page_indices, block_table, cu = a["page_indices"], a["block_table"], a["cu_num_tokens"]
+    page_indices, block_table = a["page_indices"], a["block_table"]
     k, block = int(a["KERNEL_BLOCK_SIZE"]), int(a["BLOCK_SIZE"])
     stride_0 = int(a.get("block_table_stride", a.get("block_table_stride_0")))
     stride_1 = int(a.get("block_table_stride_1", 1))
-    flat_table = block_table.reshape(-1)
-    for r in range(int(grid[0])):
-        start = int(cu[r])
-        n = int(a["seq_lens"][r]) if "seq_lens" in a else int(cu[r + 1]) - start
-        if len(grid) > 1:
-            n = min(n, int(grid[1]) * block)
-        if n <= 0:
-            continue
-        t = torch.arange(n, device=page_indices.device)
-        p = t
-        if a.get("CLAMP_TAIL"):
-            p = torch.where(t < int(a["num_real_tokens"][r]), t, torch.zeros_like(t))
-        if a.get("HAS_START_OFFSETS"):
-            p = p + int(a["start_offsets"][r])
-        ids = flat_table[r * stride_0 + (p // k) * stride_1]
-        page_indices[start : start + n] = (ids * k + p % k).to(page_indices.dtype)
+    rows = int(grid[0])
+    cu = a["cu_num_tokens"][: rows + 1].tolist()
+    counts = a["seq_lens"][:rows].tolist() if "seq_lens" in a else [b - e for e, b in zip(cu, cu[1:])]
+    if len(grid) > 1:
+        counts = [min(n, int(grid[1]) * block) for n in counts]
+    counts = [max(n, 0) for n in counts]
+    # Every program's tokens at once: token t of row r is written at cu[r] + t.
+    device = page_indices.device
+    n = torch.tensor(counts, device=device)
+    row = torch.repeat_interleave(torch.arange(rows, device=device), n)
+    first = torch.cumsum(n, 0) - n  # each row's first position in the concatenation
+    t = torch.arange(int(n.sum()), device=device) - first[row]
+    p = t
+    if a.get("CLAMP_TAIL"):
+        p = torch.where(t < a["num_real_tokens"][:rows].to(device)[row], t, torch.zeros_like(t))
+    if a.get("HAS_START_OFFSETS"):
+        p = p + a["start_offsets"][:rows].to(device)[row]
+    ids = block_table.reshape(-1)[row * stride_0 + torch.div(p, k, rounding_mode="floor") * stride_1]
+    page_indices[torch.tensor(cu[:rows], device=device)[row] + t] = (ids * k + p % k).to(page_indices.dtype)
 
 
 RENDERINGS = {"_expand_page_indices_kernel": _expand_page_indices_kernel}

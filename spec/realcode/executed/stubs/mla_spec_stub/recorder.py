@@ -289,21 +289,44 @@ def vllm_triton_op(
 def _asm_failure(call: dict[str, Any]) -> tuple[BaseException, str] | None:
     """What AITER raises for this ASM request (mla_model.failures, from the registry); None when a kernel
     runs it."""
-    from mla_model.failures import ASM_FAILURES, AsmCall, first_of
-    from mla_model.registry import asm_lookup, resolved_kernel, v_scale_dropped
     from spec.realcode.executed.calls import asm_request
 
-    reg = STATE.registry
-    req = asm_request(call)
-    a = asm_lookup(reg, STATE.arch, req, call["num_reqs"])
-    call["aiter_persistent"] = bool(a.persistent)
-    failure = first_of(ASM_FAILURES, AsmCall(req, a, STATE.arch))
+    persistent, failure, kernel, v_scale = _asm_verdict(
+        STATE.registry, STATE.arch, asm_request(call), call["num_reqs"]
+    )
+    call["aiter_persistent"] = persistent
     if failure:
         return failure[0].exception(failure[1]), failure[0].kind
-    call["kernel"] = resolved_kernel(reg, STATE.arch, req, a)
+    call["kernel"] = kernel
     # The kernel applies kv_scale to the scores only (sources §57): the replay kernel reads V unscaled.
-    call["v_scale_dropped"] = bool(v_scale_dropped(reg, STATE.arch, req, a))
+    call["v_scale_dropped"] = v_scale
     return None
+
+
+_VERDICTS: dict[tuple, tuple[Any, tuple]] = {}
+
+
+def _asm_verdict(reg: Any, arch: str, req: Any, num_reqs: int) -> tuple:
+    """The registry's answer to one ASM request: (AITER's persistent choice, the failure or None, the
+    kernel, whether it leaves V unscaled).  Kept per (registry, arch, request, requests): many shapes make
+    the same request, and the Python interpretation of the lookup is most of a recorded call's cost."""
+    from mla_model.failures import ASM_FAILURES, AsmCall, first_of
+    from mla_model.registry import asm_lookup, resolved_kernel, v_scale_dropped
+
+    key = (id(reg), arch, req, num_reqs)
+    hit = _VERDICTS.get(key)
+    if hit is not None and hit[0] is reg:
+        return hit[1]
+    a = asm_lookup(reg, arch, req, num_reqs)
+    failure = first_of(ASM_FAILURES, AsmCall(req, a, arch))
+    verdict = (
+        bool(a.persistent),
+        failure,
+        None if failure else resolved_kernel(reg, arch, req, a),
+        None if failure else bool(v_scale_dropped(reg, arch, req, a)),
+    )
+    _VERDICTS[key] = (reg, verdict)
+    return verdict
 
 
 def drops_v_scale(num_heads: int, qlen: int, q_fp8: bool) -> bool:
