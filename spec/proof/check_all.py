@@ -27,39 +27,54 @@ def check_all(
 ) -> list[CheckResult]:
     """Every (target, registry, invariant), in that order.
 
-    Model revisions (ids) are checked in forked processes, since z3 is single-threaded: one process per
-    revision, its registries one after the other (the smallest counterexamples of one are the first
-    guesses for the next, see :func:`spec.proof.prover.check_many`), or one per (revision, registry)
-    where there are fewer revisions than cores.  Each process is forked fresh for its job, so which
-    classes z3 enumerates first does not depend on what ran before it (the output is the same on every
-    run).  Real-code revisions, whose lifted gates do not cross a process boundary, run here, each call of
-    their code bounded by ``timeout`` like a solver call (a gate that loops is UNKNOWN, never waited for).
+    Model revisions (ids) are checked in forked processes, since z3 is single-threaded.  Each process
+    runs a chain of (revision, registries) jobs in turn, and the smallest counterexamples of each
+    (revision, registry) are the first guesses for the next (see :func:`spec.proof.prover.check_many`):
+
+    * fewer revisions than cores: one chain per (revision, registry);
+    * every class enumerated (``max_classes`` None, the default check): one chain per core, each a run of
+      neighbouring revisions, which share most of their smallest counterexamples (a revision's first
+      registry then starts from its neighbour's, not from nothing).  Each class's least shape is unique
+      and z3 proves it least whatever the guesses, so the output is what a process per revision gives;
+    * classes cut short: one chain per revision, its registries in turn, so which classes z3 finds first
+      depends only on the revision (its output is the same as in a run of that revision alone).
+
+    Each process is forked fresh for its chain.  Real-code revisions, whose lifted gates do not cross a
+    process boundary, run here, each call of their code bounded by ``timeout`` like a solver call (a gate
+    that loops is UNKNOWN, never waited for).
     """
     from spec.realcode import sandbox
 
     sandbox.set_call_limit(timeout)
     registries, invariants = tuple(registries), tuple(invariants)
     workers = os.cpu_count() or 1
-    jobs = [(rev, registries, invariants, max_classes, timeout) for rev in targets]
-    forked = [n for n, job in enumerate(jobs) if isinstance(job[0], str)]
-    parts: list[tuple[int, tuple[str, ...]]]
-    if len(forked) < workers:  # fewer revisions than cores: one process per (revision, registry)
-        parts = [(n, (reg,)) for n in forked for reg in registries]
+    forked = [n for n, rev in enumerate(targets) if isinstance(rev, str)]
+    chains: list[list[tuple[int, tuple[str, ...]]]]
+    if len(forked) < workers:
+        chains = [[(n, (reg,))] for n in forked for reg in registries]
+    elif max_classes is None:
+        size, extra = divmod(len(forked), workers)
+        bounds = [k * size + min(k, extra) for k in range(workers + 1)]
+        chains = [[(n, registries) for n in forked[lo:hi]] for lo, hi in zip(bounds, bounds[1:])]
     else:
-        parts = [(n, registries) for n in forked]
+        chains = [[(n, registries)] for n in forked]
     done: dict[tuple[int, str], list[CheckResult]] = {}
-    if len(parts) > 1:
+    if len(chains) > 1:
         _warm(set(registries))
-        work = [(jobs[n][0], regs, invariants, max_classes, timeout) for n, regs in parts]
+        work = [
+            ([(targets[n], regs) for n, regs in chain], invariants, max_classes, timeout) for chain in chains
+        ]
         with multiprocessing.get_context("fork").Pool(min(len(work), workers), maxtasksperchild=1) as pool:
-            for (n, regs), results in zip(parts, pool.map(check_revision, work, chunksize=1)):
-                done.update({(n, reg): rows for reg, rows in zip(regs, results)})
+            for chain, results in zip(chains, pool.map(check_chain, work, chunksize=1)):
+                for (n, regs), rows in zip(chain, results):
+                    done.update({(n, reg): r for reg, r in zip(regs, rows)})
     out: list[CheckResult] = []
-    for n, job in enumerate(jobs):
+    for n, rev in enumerate(targets):
         if all((n, reg) in done for reg in registries):
             out += [r for reg in registries for r in done[n, reg]]
         else:
-            out += [r for rows in check_revision(job) for r in rows]
+            (per_registry,) = check_chain(([(rev, registries)], invariants, max_classes, timeout))
+            out += [r for rows in per_registry for r in rows]
     return out
 
 
@@ -70,17 +85,20 @@ def _warm(registries: set[str]) -> None:
     z3.main_ctx()
 
 
-def check_revision(job: tuple) -> list[list[CheckResult]]:
-    """One target's invariants against each of its registries in turn, per registry; lifting that fails
-    is UNKNOWN, never a pass.  The smallest counterexamples of each registry are the first guesses for
-    the next."""
-    rev, registries, invariants, max_classes, timeout = job
-    out: list[list[CheckResult]] = []
+def check_chain(job: tuple) -> list[list[list[CheckResult]]]:
+    """Each (target, registries) of a chain in turn, each target's invariants against each of its
+    registries in turn: per target, per registry, the results.  The smallest counterexamples of each
+    (target, registry) are the first guesses for the next."""
+    chain, invariants, max_classes, timeout = job
+    out: list[list[list[CheckResult]]] = []
     hints: list[Any] = []
-    for reg in registries:
-        results = check_pair((rev, reg, invariants, max_classes, timeout), hints)
-        hints = [c.shape for r in results for c in r.counterexamples]
-        out.append(results)
+    for rev, registries in chain:
+        per_registry = []
+        for reg in registries:
+            results = check_pair((rev, reg, invariants, max_classes, timeout), hints)
+            hints = [c.shape for r in results for c in r.counterexamples]
+            per_registry.append(results)
+        out.append(per_registry)
     return out
 
 
