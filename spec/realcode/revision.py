@@ -50,7 +50,7 @@ from mla_model.route import DCP_ROUTES, Route
 from mla_model.shape import KV_CACHE_DTYPES, Shape
 from spec.proof.terms import symbolic_shape
 from spec.realcode.extract import extract
-from spec.realcode.sandbox import LoadedCode
+from spec.realcode.sandbox import LoadedCode, alarm_handler
 from spec.realcode.source import Source, SourceError, dcp_verify_default, resolve
 from spec.realcode.symexec import (
     LIFTING_BUILTINS,
@@ -266,7 +266,8 @@ class RealGates:
         # Releases before DCP are checked at dcp 1 (vLLM refuses DCP with them at startup).
         scope = [] if self.gathers_dcp else [sym.variables["dcp_world_size"] == 1]
         explorer = Explorer([*sym.domain, *scope])
-        paths = explorer.explore(lambda: self.outputs(view, wrap))
+        with alarm_handler():
+            paths = explorer.explore(lambda: self.outputs(view, wrap))
         lifted: dict[str, Any] = {}
         for name in OUTPUTS:
             if name == "builder_gv" and not self.has_verify:

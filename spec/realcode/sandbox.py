@@ -54,24 +54,56 @@ def set_call_limit(seconds: float) -> None:
     CALL_LIMIT_S = float(seconds)
 
 
-@contextlib.contextmanager
-def deadline(seconds: float, what: str) -> Iterator[None]:
+class deadline:
     """Raise :class:`GateRunaway` in the code running here once ``seconds`` pass (the main thread's
-    interval timer; elsewhere, where no signal can be delivered, the code runs unbounded)."""
+    interval timer; elsewhere, where no signal can be delivered, the code runs unbounded).  Inside
+    :func:`alarm_handler` the handler is already in place, and the deadline only arms and disarms the
+    timer."""
+
+    def __init__(self, seconds: float, what: str) -> None:
+        self.seconds, self.what = seconds, what
+        self.armed = False
+        self.previous: Any = None  # the handler to put back, where this deadline installed its own
+
+    def __enter__(self) -> deadline:
+        if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+            return self
+        if not _HANDLER:
+            self.previous = signal.signal(signal.SIGALRM, _expire)
+        _RUNNING.append(self)
+        signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        self.armed = True
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.armed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            _RUNNING.pop()
+            if self.previous is not None:
+                signal.signal(signal.SIGALRM, self.previous)
+
+
+_RUNNING: list[deadline] = []  # the deadlines armed, innermost last
+_HANDLER: list[Any] = []  # the handlers alarm_handler replaced, while it is in place
+
+
+def _expire(signum: int, frame: Any) -> None:
+    d = _RUNNING[-1]
+    raise GateRunaway(f"{d.what} ran past the {d.seconds:g} s limit (--timeout): a loop that does not end?")
+
+
+@contextlib.contextmanager
+def alarm_handler() -> Iterator[None]:
+    """The deadlines' SIGALRM handler in place for a stretch of many calls (lifting makes thousands), so
+    each :class:`deadline` inside only arms the timer; the previous handler is back afterwards."""
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
         yield
         return
-
-    def expire(signum: int, frame: Any) -> None:
-        raise GateRunaway(f"{what} ran past the {seconds:g} s limit (--timeout): a loop that does not end?")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    _HANDLER.append(signal.signal(signal.SIGALRM, _expire))
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        signal.signal(signal.SIGALRM, _HANDLER.pop())
 
 
 def _int_bits(x: Any) -> int:
