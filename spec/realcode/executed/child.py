@@ -38,6 +38,7 @@ class StubsOnly(importlib.abc.MetaPathFinder):
 
     def __init__(self, release_file: Path) -> None:
         self.release_file = release_file
+        self.missing: set[str] = set()  # names the stubs folder has no module for (it does not change)
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         root = fullname.split(".")[0]
@@ -45,10 +46,12 @@ class StubsOnly(importlib.abc.MetaPathFinder):
             return None
         if fullname == MODULE:
             return importlib.util.spec_from_file_location(fullname, self.release_file)
-        parts = fullname.split(".")
-        folder = STUBS.joinpath(*parts[:-1])
-        spec = importlib.machinery.PathFinder.find_spec(fullname, [str(folder)])
+        spec = None
+        if fullname not in self.missing:  # a release probing an optional AITER name asks per shape
+            parts = fullname.split(".")
+            spec = importlib.machinery.PathFinder.find_spec(fullname, [str(STUBS.joinpath(*parts[:-1]))])
         if spec is None:
+            self.missing.add(fullname)
             raise ModuleNotFoundError(
                 f"the release imports {fullname}, which the harness does not stub", name=fullname
             )

@@ -22,6 +22,9 @@ from spec.realcode.executed.harness import DEFAULTS
 
 KV_LORA_RANK, ROPE_DIM, NOPE_DIM, V_DIM = 512, 64, 128, 128
 HEAD_SIZE = KV_LORA_RANK + ROPE_DIM
+# A record-only query's random values per head, on its first token (configs.batch): more than the words
+# child.head_map looks a head up by (HEAD_KEY int64 words: 32 fp8 or 16 bf16 values), so heads differ.
+TAGGED = 64
 LAYER = "model.layers.0.self_attn.attn"  # the one attention layer the builder is built for
 
 
@@ -176,10 +179,10 @@ def batch(
     """The CommonAttentionMetadata of a decode-only step (vllm/v1/attention/backend.py) and its tensors.
 
     ``values=False`` makes a record-only batch, for a run where no kernel computes (the executed
-    differential): nothing reads the KV cache, so it is zero, and the query is random on its first token
-    only, which is what the record tells the kernel's heads apart by (``child.head_map``); both are made
-    in their stored dtype at once, and ``q_true``/``kv_true`` are None.  Drawing and converting every
-    value was most of that run's time per shape."""
+    differential): nothing reads the KV cache, so it is zero, and the query is random only on the first
+    :data:`TAGGED` values of each head of its first token, which tell the kernel's heads apart
+    (``child.head_map``); both are made in their stored dtype at once, and ``q_true``/``kv_true`` are
+    None.  Drawing and converting every value was most of that run's time per shape."""
     from vllm.v1.attention.backend import CommonAttentionMetadata
 
     R, Q, H = shape.num_reqs, shape.max_qo_len, shape.num_heads
@@ -191,10 +194,11 @@ def batch(
     perm = torch.randperm(total_pages, generator=gen)  # pages scattered over the cache
     width = max(pages_per_req)
     table = torch.zeros(R, width, dtype=torch.int32)
-    at = 0
-    for r, n in enumerate(pages_per_req):
-        table[r, :n] = perm[at : at + n].to(torch.int32)
-        at += n
+    # Request r's pages are the next pages_per_req[r] of the permutation, from column 0.
+    lens = torch.tensor(pages_per_req)
+    rows = torch.repeat_interleave(torch.arange(R), lens)
+    cols = torch.arange(int(lens.sum())) - torch.repeat_interleave(torch.cumsum(lens, 0) - lens, lens)
+    table[rows, cols] = perm[: int(lens.sum())].to(torch.int32)
     fp8 = shape.kv_cache_dtype in FP8_KV_CACHE_DTYPES
     kv_scale = float(option(options, "kv_scale")) if fp8 else 1.0
     half = torch.float16 if shape.kv_cache_dtype == "float16" else torch.bfloat16
@@ -212,7 +216,7 @@ def batch(
     else:
         stored = torch.zeros(total_pages * block, HEAD_SIZE, dtype=kv_dtype)
         q = torch.zeros(R * Q, H, HEAD_SIZE, dtype=q_dtype)
-        q[0] = (torch.randn(H, HEAD_SIZE, generator=gen) / q_scale).to(q_dtype)
+        q[0, :, :TAGGED] = (torch.randn(H, TAGGED, generator=gen) / q_scale).to(q_dtype)
     cache = stored.view(total_pages, block, HEAD_SIZE)
     qsl = torch.arange(0, (R + 1) * Q, Q, dtype=torch.int32)
     seq_lens = torch.tensor(kv_lens, dtype=torch.int32)
