@@ -188,5 +188,7 @@ def test_the_full_check_reports_what_each_revision_alone_reports():
         return [{k: v for k, v in r.to_json().items() if k != "seconds"} for r in results]
 
     together = report(check_all(list(REVISIONS), REGISTRY_IDS, invariants, None, 30.0))
-    alone = [row for rev in REVISIONS for row in report(check_all([rev], REGISTRY_IDS, invariants, None, 30.0))]
+    alone = [
+        row for rev in REVISIONS for row in report(check_all([rev], REGISTRY_IDS, invariants, None, 30.0))
+    ]
     assert together == alone
