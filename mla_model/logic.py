@@ -29,6 +29,7 @@ builds symbolic terms.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -343,33 +344,39 @@ def _np_choose(values: tuple[str, ...], cases: list[tuple[Any, str]], default: s
 def tabulated(fn: Any, *args: Any) -> Any:
     """``fn(*args)`` for a pure function of a few integer, boolean or enumeration values.
 
-    z3 and Python: ``fn(*args)``.  numpy: where the array arguments' values span a grid (the product of
-    their ranges) of at most a quarter as many cells as there are rows, ``fn`` runs once on that grid (in
-    the numpy interpretation, each cell a row) and every row takes its cell, by one index computed in
-    place and one gather; else ``fn(*args)`` on the rows.  The result is the same: a lookup that costs
-    several passes per row (a kernel-table request, say) then costs a pass per argument.
+    ``fn`` must read no per-row value except through ``args``: a value it closes over is the same on every
+    row (pass anything else as an argument).  z3 and Python: ``fn(*args)``.  numpy: where the array
+    arguments are integer, boolean or enumeration columns of one length whose values span a grid (the
+    product of their ranges) of at most a quarter as many cells as there are rows, ``fn`` runs once on
+    that grid (in the numpy interpretation, each cell a row) and every row takes its cell, by one index
+    computed in place and one gather; else ``fn(*args)`` on the rows.  The result is the same (an
+    enumeration stays one): a lookup that costs several passes per row (a kernel-table request, say) then
+    costs a pass per argument.
     """
     if _kind(*args) != "np":
         return fn(*args)
-    arrays = [(i, a.term if isinstance(a, EnumTerm) else a) for i, a in enumerate(args)]
-    arrays = [(i, col) for i, col in arrays if _is_array(col)]
-    if not arrays:
+    columns = [(i, a.term if isinstance(a, EnumTerm) else a) for i, a in enumerate(args)]
+    columns = [(i, col) for i, col in columns if _is_array(col)]
+    if not columns or any(c.dtype.kind not in "biu" or c.shape != columns[0][1].shape for _, c in columns):
         return fn(*args)
-    rows = arrays[0][1].shape
-    bounds = [(int(col.min()), int(col.max())) for _, col in arrays]
+    bounds = [(int(col.min()), int(col.max())) for _, col in columns]
     sizes = [hi - lo + 1 for lo, hi in bounds]
-    if any(col.shape != rows for _, col in arrays) or int(np.prod(sizes)) * 4 > arrays[0][1].size:
+    cells = math.prod(sizes)
+    if cells * 4 > columns[0][1].size:
         return fn(*args)
     axes = np.indices(sizes).reshape(len(sizes), -1)
     grid_args = list(args)
-    for (i, col), (lo, _), axis in zip(arrays, bounds, axes):
+    for (i, col), (lo, _), axis in zip(columns, bounds, axes):
         cell = (axis + lo).astype(col.dtype)
         grid_args[i] = EnumTerm(args[i].values, cell) if isinstance(args[i], EnumTerm) else cell
     on_grid = fn(*grid_args)
-    if not _is_array(on_grid):  # one value on every cell: every row takes it
+    values = on_grid.term if isinstance(on_grid, EnumTerm) else on_grid
+    if not _is_array(values):  # one value on every cell: every row takes it
         return on_grid
+    if values.shape != (cells,):  # not one value per cell: nothing to gather from
+        return fn(*args)
     index, stride = None, 1
-    for (_, col), (lo, _), size in reversed(list(zip(arrays, bounds, sizes))):
+    for (_, col), (lo, _), size in reversed(list(zip(columns, bounds, sizes))):
         part = col.astype(np.int64)
         if lo:
             part -= lo
@@ -377,7 +384,8 @@ def tabulated(fn: Any, *args: Any) -> Any:
             part *= stride
         index = part if index is None else np.add(index, part, out=index)
         stride *= size
-    return _settle(on_grid[index])
+    gathered = values[index]
+    return EnumTerm(on_grid.values, gathered) if isinstance(on_grid, EnumTerm) else _settle(gathered)
 
 
 # --- comparisons and membership ------------------------------------------------------

@@ -447,11 +447,11 @@ def probe_drops_v_scale(reg: Registry, arch: Term, heads: Term, qlen: Term, q_dt
     """What vLLM 0.34.0's V-scale probe finds (sources §57): one request's causal block of ``qlen`` tokens
     on ``heads`` heads over an fp8 cache, persistent, lands on a kernel that leaves V unscaled."""
 
-    def drops(arch: Term, heads: Term, qlen: Term) -> Term:
+    def drops(arch: Term, heads: Term, qlen: Term, q_dtype: Term) -> Term:
         probe = KernelRequest(q_dtype, "fp8", heads, qlen, persistent=True, causal=True)
         return v_scale_dropped(reg, arch, probe, asm_lookup(reg, arch, probe, 1))
 
-    return tabulated(drops, arch, heads, qlen)
+    return tabulated(drops, arch, heads, qlen, q_dtype)
 
 
 def kernel_fault_matches(

@@ -129,3 +129,20 @@ def test_tabulated_gathers_from_the_grid_and_passes_symbolic_terms_through():
     x = z3.Int("x")
     term = tabulated(lambda n: n > 3, x)
     assert term.eq(x > 3)
+
+
+def test_tabulated_keeps_an_enumeration_and_falls_back_where_no_grid_fits():
+    rng = np.random.default_rng(1)
+    colours = EnumTerm(_COLOURS, rng.integers(0, 3, 1_000).astype(np.int8))
+    ns = rng.integers(0, 5, 1_000).astype(np.int32)
+
+    def pick(c, n):
+        return choose(_COLOURS, [(n > 2, "blue"), (is_in(c, ("red",)), "green")], "red")
+
+    got = tabulated(pick, colours, ns)
+    assert isinstance(got, EnumTerm) and got.term.shape == (1_000,)
+    assert got.term.tolist() == pick(colours, ns).term.tolist()
+    halves = np.array([0.5, 1.5] * 8)  # not integer values: no grid, fn on the rows
+    assert tabulated(lambda x: x > 1, halves).tolist() == (halves > 1).tolist()
+    wide = np.array([0, 2**40] * 8, dtype=np.int64)  # a range no grid holds
+    assert tabulated(lambda a, b: a < b, wide, wide[::-1].copy()).tolist() == (wide < wide[::-1]).tolist()

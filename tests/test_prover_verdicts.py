@@ -175,7 +175,7 @@ def test_kimi_k3_tp8_fp8_lands_on_the_known_wrong_non_persistent_path_before_510
     assert after.route.path == "asm_persistent" and inv.holds(after)
 
 
-def test_the_full_check_reports_what_each_revision_alone_reports():
+def test_the_full_check_reports_what_each_revision_alone_reports(monkeypatch):
     """The default check runs neighbouring revisions in chains, each starting from the last one's smallest
     counterexamples (spec.proof.check_all); a revision checked alone starts from nothing.  The guesses
     change how long it takes, never what it reports: every verdict, class count and smallest shape."""
@@ -183,6 +183,7 @@ def test_the_full_check_reports_what_each_revision_alone_reports():
     from spec.proof.check_all import check_all
 
     invariants = [inv.id for inv in INVARIANTS]
+    monkeypatch.setattr("spec.proof.check_all.os.cpu_count", lambda: 2)  # chains, whatever the machine
 
     def report(results):
         return [{k: v for k, v in r.to_json().items() if k != "seconds"} for r in results]

@@ -36,8 +36,9 @@ def check_all(
       neighbouring revisions, which share most of their smallest counterexamples (a revision's first
       registry then starts from its neighbour's, not from nothing).  Each class's least shape is unique
       and z3 proves it least whatever the guesses, so the output is what a process per revision gives;
-    * classes cut short: one chain per revision, its registries in turn, so which classes z3 finds first
-      depends only on the revision (its output is the same as in a run of that revision alone).
+    * classes cut short: one chain per revision, its registries in turn, so which classes a capped run
+      shows of a revision does not depend on the revisions checked beside it (with fewer revisions than
+      cores, the first case, each registry starts from nothing and may show other classes).
 
     Each process is forked fresh for its chain.  Real-code revisions, whose lifted gates do not cross a
     process boundary, run here, each call of their code bounded by ``timeout`` like a solver call (a gate

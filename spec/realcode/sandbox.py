@@ -88,6 +88,8 @@ _HANDLER: list[Any] = []  # the handlers alarm_handler replaced, while it is in 
 
 
 def _expire(signum: int, frame: Any) -> None:
+    if not _RUNNING:  # inside alarm_handler with no deadline armed: an alarm nothing here asked for
+        return
     d = _RUNNING[-1]
     raise GateRunaway(f"{d.what} ran past the {d.seconds:g} s limit (--timeout): a loop that does not end?")
 

@@ -288,7 +288,7 @@ class Step:
         batch = out.get("_batch")
         q = tensors.get("q", tensors.get("q_nope"))
         if batch is not None and q is not None and q.dim() == 3 and q.shape[0] == batch.q.shape[0]:
-            plain["head_map"] = head_map(batch.q[..., : q.shape[-1]], q, rest_zero=batch.q_true is None)
+            plain["head_map"] = head_map(batch.q[..., : q.shape[-1]], q, rest_zero=batch.record_only)
         return plain
 
 

@@ -172,6 +172,11 @@ class Batch:
     kv_lens: list[int]
     block_table: torch.Tensor
 
+    @property
+    def record_only(self) -> bool:
+        """Made with ``values=False``: no kernel computes on it (see :func:`batch`)."""
+        return self.q_true is None
+
 
 def batch(
     shape: Shape, options: dict[str, Any], gen: torch.Generator, device: torch.device, values: bool = True

@@ -58,7 +58,7 @@ def _expand_page_indices_kernel(grid: tuple, a: dict[str, Any]) -> None:
     counts = [max(n, 0) for n in counts]
     # Every program's tokens at once: token t of row r is written at cu[r] + t.
     device = page_indices.device
-    n = torch.tensor(counts, device=device)
+    n = torch.tensor(counts, dtype=torch.long, device=device)
     row = torch.repeat_interleave(torch.arange(rows, device=device), n)
     first = torch.cumsum(n, 0) - n  # each row's first position in the concatenation
     t = torch.arange(int(n.sum()), device=device) - first[row]
@@ -68,7 +68,8 @@ def _expand_page_indices_kernel(grid: tuple, a: dict[str, Any]) -> None:
     if a.get("HAS_START_OFFSETS"):
         p = p + a["start_offsets"][:rows].to(device)[row]
     ids = block_table.reshape(-1)[row * stride_0 + torch.div(p, k, rounding_mode="floor") * stride_1]
-    page_indices[torch.tensor(cu[:rows], device=device)[row] + t] = (ids * k + p % k).to(page_indices.dtype)
+    starts = torch.tensor(cu[:rows], dtype=torch.long, device=device)
+    page_indices[starts[row] + t] = (ids * k + p % k).to(page_indices.dtype)
 
 
 RENDERINGS = {"_expand_page_indices_kernel": _expand_page_indices_kernel}
