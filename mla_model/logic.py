@@ -97,8 +97,10 @@ def _z3_nary(make: Any, args: Sequence[Any]) -> Any:
     return z3.BoolRef(make(ctx.ref(), len(args), array), ctx)
 
 
-def _memo(op: str, operands: tuple, extra: Any, build: Any) -> Any:
-    """``build()``, remembered under (op, operands, extra)."""
+def built_once(op: str, operands: tuple, extra: Any, build: Any) -> Any:
+    """``build()``, remembered under (op, operands, extra): the z3 terms that the logic vocabulary, the
+    lifted real gates (:mod:`spec.realcode.symexec`) and the prover's descents ask for again and again are
+    built once.  ``build`` must depend on nothing but the key."""
     key = (op, extra, *map(_memo_key, operands))
     hit = _MEMO.get(key)
     if hit is not None:
@@ -150,7 +152,9 @@ def all_of(*xs: Any) -> Any:
     kind = _kind(*xs)
     if kind == "z3":
         return (
-            _memo("and", xs, None, lambda: _z3_and([_as_z3_bool(x) for x in xs])) if xs else z3.BoolVal(True)
+            built_once("and", xs, None, lambda: _z3_and([_as_z3_bool(x) for x in xs]))
+            if xs
+            else z3.BoolVal(True)
         )
     if kind == "np":
         return _np_fold(np.logical_and, xs, absorbing=False)
@@ -164,7 +168,9 @@ def any_of(*xs: Any) -> Any:
     kind = _kind(*xs)
     if kind == "z3":
         return (
-            _memo("or", xs, None, lambda: _z3_or([_as_z3_bool(x) for x in xs])) if xs else z3.BoolVal(False)
+            built_once("or", xs, None, lambda: _z3_or([_as_z3_bool(x) for x in xs]))
+            if xs
+            else z3.BoolVal(False)
         )
     if kind == "np":
         return _np_fold(np.logical_or, xs, absorbing=True)
@@ -215,7 +221,7 @@ def not_(x: Any) -> Any:
         return not x
     kind = _kind(x)
     if kind == "z3":
-        return _memo("not", (x,), None, lambda: z3.Not(x))
+        return built_once("not", (x,), None, lambda: z3.Not(x))
     if kind == "np":
         return np.logical_not(_settle(x))
     return not x
@@ -244,7 +250,7 @@ def if_then_else(cond: Any, then: Any, other: Any) -> Any:
     """``then`` where ``cond`` holds, else ``other`` (ints or booleans)."""
     kind = _kind(cond, then, other)
     if kind == "z3":
-        return _memo(
+        return built_once(
             "ite",
             (cond, then, other),
             None,
@@ -298,7 +304,7 @@ def choose(values: Sequence[str], cases: Iterable[tuple[Any, str]], default: str
     if kind == "np":
         return _np_choose(values, cases, default)
     conds = tuple(c for c, _ in cases)
-    return _memo(
+    return built_once(
         "choose",
         conds,
         (values, tuple(v for _, v in cases), default),
@@ -400,14 +406,18 @@ def is_in(x: Any, members: Iterable[Any]) -> Any:
         codes = [x.code(m) for m in members]
         if _is_z3(x.term):
             return (
-                _memo("in", (x.term,), tuple(codes), lambda: _z3_or([x.term == c for c in codes]))
+                built_once("in", (x.term,), tuple(codes), lambda: _z3_or([x.term == c for c in codes]))
                 if codes
                 else z3.BoolVal(False)
             )
         return _np_isin(x.term, codes)
     if _is_z3(x):
         ints = tuple(int(m) for m in members)
-        return _memo("in", (x,), ints, lambda: _z3_or([x == m for m in ints])) if ints else z3.BoolVal(False)
+        return (
+            built_once("in", (x,), ints, lambda: _z3_or([x == m for m in ints]))
+            if ints
+            else z3.BoolVal(False)
+        )
     if isinstance(x, (np.ndarray, np.generic)):
         return _np_isin(x, members)
     return x in members
@@ -451,7 +461,7 @@ def tuple_in(terms: Sequence[Any], rows: Iterable[tuple]) -> Any:
             continue
     raw = [t.term if isinstance(t, EnumTerm) else t for t in terms]
     if kind == "z3":
-        return _memo("tuple_in", tuple(raw), tuple(coded), lambda: _z3_tuple_in(raw, coded))
+        return built_once("tuple_in", tuple(raw), tuple(coded), lambda: _z3_tuple_in(raw, coded))
     if not coded:
         return np.False_
     return _np_tuple_in(raw, coded) if raw else np.True_
@@ -579,7 +589,7 @@ def product_in(a: Any, b: Any, keys: Iterable[int]) -> Any:
     keys = sorted(set(int(k) for k in keys))
     if _kind(a, b) != "z3":
         return is_in(a * b, keys)
-    return _memo("product_in", (a, b), tuple(keys), lambda: _z3_product_in(a, b, keys))
+    return built_once("product_in", (a, b), tuple(keys), lambda: _z3_product_in(a, b, keys))
 
 
 def _z3_product_in(a: Any, b: Any, keys: list[int]) -> Any:

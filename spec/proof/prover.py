@@ -34,7 +34,7 @@ import z3
 
 from mla_model.decision import Decision, decide
 from mla_model.failures import symptom_of
-from mla_model.logic import EnumTerm, Term, all_of, any_of, not_
+from mla_model.logic import EnumTerm, Term, all_of, any_of, built_once, not_
 from mla_model.registry import Registry, load_registry
 from mla_model.revisions import get_revision
 from mla_model.revisions.base import Revision
@@ -259,20 +259,15 @@ def _before(variables: dict[str, Any], shape: Shape) -> Any:
     return before
 
 
-_COMPARISONS: dict[tuple[int, str, int], tuple[Any, Any]] = {}
-
-
 def _compare(term: Any, op: str, value: int) -> Any:
     """``term < value``, ``term <= value`` or ``term == value`` for a z3 integer term, built once (the
     descents ask the same bounds of the same fields again and again)."""
-    key = (term.get_id(), op, value)
-    hit = _COMPARISONS.get(key)
-    if hit is None or not hit[0].eq(term):
-        if len(_COMPARISONS) >= 100_000:
-            _COMPARISONS.clear()
-        made = term < value if op == "<" else term <= value if op == "<=" else term == value
-        hit = _COMPARISONS[key] = (term, made)
-    return hit[1]
+    return built_once(
+        op,
+        (term,),
+        value,
+        lambda: term < value if op == "<" else term <= value if op == "<=" else term == value,
+    )
 
 
 @lru_cache(maxsize=4096)

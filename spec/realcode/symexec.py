@@ -23,7 +23,7 @@ from typing import Any
 
 import z3
 
-from mla_model.logic import EnumTerm, all_of
+from mla_model.logic import EnumTerm, all_of, built_once, is_in
 
 MAX_PATHS = 20_000
 
@@ -39,25 +39,6 @@ def _decide(cond: Any) -> bool:
     if not _current:
         raise LiftingUnsupported("a symbolic value was branched on outside an exploration")
     return _current[-1].decide(cond)
-
-
-# Terms already built, by operation and operands' ASTs: every path runs the code again from the start, so
-# the same sums, comparisons and membership tests are built once per path; z3 shares equal terms anyway,
-# so the term built first is handed out again instead of going through z3's Python layer each time.  The
-# entry keeps its operands alive, so an AST id is never reused while it is a key.
-_TERMS: dict[tuple, tuple[Any, tuple]] = {}
-_TERMS_LIMIT = 200_000
-
-
-def _built(key: tuple, operands: tuple, build: Callable[[], Any]) -> Any:
-    hit = _TERMS.get(key)
-    if hit is not None:
-        return hit[0]
-    if len(_TERMS) >= _TERMS_LIMIT:
-        _TERMS.clear()
-    term = build()
-    _TERMS[key] = (term, operands)
-    return term
 
 
 def term_of(x: Any) -> Any:
@@ -128,8 +109,7 @@ class SymInt:
     def _op(self, other: Any, op: str, reflected: bool = False) -> Any:
         """The z3 term of ``self op other`` (``other op self`` reflected), built once per operands."""
         a, b = self.term, _int_term(other)
-        key = (op, reflected, a.ast.value, b.ast.value)
-        return _built(key, (a, b), lambda: _OPS[op](b, a) if reflected else _OPS[op](a, b))
+        return built_once(op, (a, b), reflected, lambda: _OPS[op](b, a) if reflected else _OPS[op](a, b))
 
     def _bin(self, other: Any, op: str, reflected: bool = False) -> SymInt:
         return SymInt(self._op(other, op, reflected))
@@ -242,15 +222,7 @@ class SymStr:
         self.enum = enum
 
     def _is(self, names: Sequence[str]) -> SymBool:
-        codes = tuple(self.enum.values.index(n) for n in names if n in self.enum.values)
-        term = self.enum.term
-        return SymBool(
-            _built(
-                ("in", term.ast.value, codes),
-                (term,),
-                lambda: z3.Or(*[term == c for c in codes]) if codes else z3.BoolVal(False),
-            )
-        )
+        return SymBool(is_in(self.enum, [n for n in names if n in self.enum.values]))
 
     def __eq__(self, o):
         return self._is([o]) if isinstance(o, str) else False
