@@ -525,12 +525,13 @@ def check_many(
     solver.add(*p.constraints)
     if within_box:
         solver.add(*box_constraints(p.symbolic.variables))
+    valid = all_of(*solver.assertions())  # what every shape checked must satisfy, as one term
     results = []
     pool = list(dict.fromkeys(hints))
     for inv in invariants:
         solver.push()
         try:
-            result = _check_one(p, solver, inv, max_classes, pool)
+            result = _check_one(p, solver, valid, inv, max_classes, pool)
         finally:
             solver.pop()
         result.seconds = time.perf_counter() - start
@@ -540,13 +541,14 @@ def check_many(
 
 
 def _check_one(
-    p: Problem, solver: z3.Solver, inv: Invariant, max_classes: int | None, pool: list[Shape]
+    p: Problem, solver: z3.Solver, valid: Any, inv: Invariant, max_classes: int | None, pool: list[Shape]
 ) -> CheckResult:
-    """One invariant on a solver that holds the pair's constraints: enumerate the classes of shapes
-    that break it (blocking each class's view), and minimise each class as it is found, trying first
-    the best shape of ``pool`` in it (each smallest counterexample found joins ``pool``)."""
-    solver.add(z3.Not(as_z3(inv.holds(p.decision))))
-    held = all_of(*solver.assertions())
+    """One invariant on a solver that holds the pair's constraints (``valid``, as one term): enumerate the
+    classes of shapes that break it (blocking each class's view), and minimise each class as it is found,
+    trying first the best shape of ``pool`` in it (each smallest counterexample found joins ``pool``)."""
+    violation = z3.Not(as_z3(inv.holds(p.decision)))
+    solver.add(violation)
+    held = all_of(valid, violation)
     terms = view_terms(p.decision, inv.view)
     view = _named(solver, terms)
     hints = _hints(p, inv, pool)
