@@ -35,7 +35,8 @@ from spec.analyses.mutants import (
 from spec.analyses.mutation import MutantResult, MutationReport, dcp_score, prove_equivalence, score
 from spec.proof.verdict import UNKNOWN
 
-pytestmark = pytest.mark.network
+# The full mutation run (every mutant against both suites): CI's second step, `pytest -m slow`.
+pytestmark = [pytest.mark.network, pytest.mark.slow]
 
 KILLABLE = "use_gluon_decode/ror/L914.11"  # num_heads >= m -> > m: 16 heads on gfx950 go to Gluon
 EQUIVALENT = "use_persistent_metadata/drop/L699.12/3"  # drops `max_qo_len >= 1`: every decode has qlen >= 1

@@ -80,7 +80,8 @@ from spec.proof.invariants import INVARIANTS
 from spec.proof.verdict import DEFAULT_TIMEOUT_MS, UNKNOWN, VIOLATED
 from spec.realcode.executed.calls import asm_request
 
-pytestmark = pytest.mark.network
+# The symptom replay of every class: CI's second step, `pytest -m slow`.
+pytestmark = [pytest.mark.network, pytest.mark.slow]
 
 # What the harness gives the replay: the backend's own stand-in, CPU, a short context (the verdict does not
 # depend on its length; the run time does).
