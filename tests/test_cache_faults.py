@@ -344,6 +344,22 @@ def test_a_thresholds_entry_that_cannot_be_rebuilt_is_one_line_naming_it(release
     assert leftovers(entry.parent) == []
 
 
+def test_thresholds_and_memory_name_an_unwritable_cache_before_running_anything(
+    release, monkeypatch, tmp_path
+):
+    from mla_model.shape import Shape
+    from spec.analyses import memory
+    from spec.realcode.executed import threshold
+
+    built, measured = _fake_builder(monkeypatch), _fake_memory(monkeypatch, tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", "/proc/nope")
+    with pytest.raises(SourceError, match=r"^the cache folder /proc/nope/mla-spec/thresholds is not writ"):
+        threshold.executed_thresholds(release)
+    with pytest.raises(SourceError, match=r"^the cache folder /proc/nope/mla-spec/memory is not writable"):
+        memory.measure(release, [Shape(num_heads=16)], 256)
+    assert built == [] and measured == []
+
+
 def _fake_memory(monkeypatch, tmp_path):
     """measure() with AITER's files and the memory child replaced; counts the child's runs."""
     from spec.analyses import memory

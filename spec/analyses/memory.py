@@ -211,6 +211,7 @@ def measure(
     cached: dict[str, Any] = cache_io.read_json(cached_file, _is_entry) or {}
     todo = list({_key(s): s for s in shapes if _key(s) not in cached}.values())
     if todo:
+        cache_io.ensure_writable(cached_file.parent)  # before the child runs, not after
         request = {
             "file": str(code.file),
             "tree": str(code.tree) if code.tree else None,

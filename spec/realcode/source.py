@@ -116,7 +116,7 @@ def _download(version: str, work: Path, root: Path) -> Path:
     cmd += ["--no-build-isolation", "--no-clean", f"vllm=={version}", "-d", str(work / "out")]
     output = _download_with_progress(cmd, env, work, f"vLLM {version} sdist", root)
     # pip has exited: nothing changes under ``work`` any more.
-    unpacked = sorted(work.glob("pip-*/vllm_*/PKG-INFO"))
+    unpacked = sorted(work.glob("pip-*/*/PKG-INFO"))  # pip-download-*/vllm_<id>: the one sdist (--no-deps)
     if not unpacked:
         raise SourceError(pip_failure(output, f"vLLM {version}", f"vLLM release {version} does not exist"))
     tree = unpacked[0].parent

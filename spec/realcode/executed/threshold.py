@@ -57,6 +57,7 @@ def executed_thresholds(code: ReleaseCode) -> dict[str, dict[str, tuple[int, int
     hit = cache_io.read_json(cached, _is_entry)
     if hit is not None:
         return {d: {m: (a, b) for m, (a, b) in f.items()} for d, f in hit.items()}
+    cache_io.ensure_writable(cached.parent)  # before the harness runs, not after
     methods = [m for m in SPEC_METHODS if m != "none"]
     shapes = [
         Shape(num_heads=16, spec_method=m, num_spec_tokens=k) for m in methods for k in K_RANGE if k > 0
