@@ -118,6 +118,7 @@ def test_a_fetch_survives_pip_removing_folders_while_it_works(cache, monkeypatch
     monkeypatch.setenv("FAKE_PIP_SECONDS", "3")
     tree = source.release_tree(VERSION)
     assert (tree / RELATIVE_PATH).read_text() == GATE
+    assert tree.stat().st_mode & 0o777 == 0o755  # readable by others, as a folder mkdir makes
     assert runs(cache) == 1
     assert leftovers(Path(os.environ["XDG_CACHE_HOME"])) == []
 

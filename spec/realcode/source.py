@@ -224,6 +224,7 @@ def copy_tree(unpacked: Path, root: Path) -> None:
             old = cache_io.staging_folder(root.parent, f"{root.name}-old")
             os.replace(root, old / root.name)
             cache_io.remove(old)
+        staging.chmod(0o755)  # readable as a folder made by mkdir is (a staging folder is made private)
         staging.rename(root)
     finally:
         cache_io.remove(staging)
