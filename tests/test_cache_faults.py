@@ -149,6 +149,43 @@ def test_no_network_reads_cannot_reach_pypi_and_a_missing_release_reads_so(cache
     assert leftovers(source.cache_dir()) == []
 
 
+# What pip 23.2.1 printed in this session (the last lines; "Looking in indexes" lines left out).
+_NONE = "ERROR: Could not find a version that satisfies the requirement vllm==0.33.0 (from versions: none)\n"
+_RETRY = (
+    "WARNING: Retrying (Retry(total=0, connect=None, read=None, redirect=None, status=None)) after "
+    "connection "
+)
+PIP_SAID = {
+    "--index-url http://127.0.0.1:9/simple": (
+        _RETRY + "broken by 'NewConnectionError('<pip._vendor.urllib3.connection.HTTPConnection object at "
+        "0x7f93bd0c30d0>: Failed to establish a new connection: [Errno 111] Connection refused')': "
+        "/simple/vllm/\n" + _NONE,
+        "cannot reach PyPI: Connection refused",
+    ),
+    "HTTPS_PROXY=http://127.0.0.1:9 --retries 1": (
+        _RETRY + "broken by 'ProxyError('Cannot connect to proxy.', NewConnectionError('<pip._vendor.urllib3."
+        "connection.HTTPSConnection object at 0x7f47a1a9c790>: Failed to establish a new connection: "
+        "[Errno 111] Connection refused'))': /simple/vllm/\n" + _NONE,
+        "cannot reach PyPI: cannot connect to the proxy (Connection refused)",
+    ),
+    "HTTPS_PROXY=http://127.0.0.1:9 --retries 0": (
+        _NONE,
+        "cannot reach PyPI: pip found no version of it at all (from versions: none)",
+    ),
+    "vllm==0.0.99": (
+        "ERROR: Could not find a version that satisfies the requirement vllm==0.0.99 (from versions: 0.0.1, "
+        "0.1.0, 0.33.0, 0.34.0)\nERROR: No matching distribution found for vllm==0.0.99\n",
+        "vLLM release 0.0.99 does not exist on PyPI",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(PIP_SAID))
+def test_pips_words_tell_no_network_from_a_missing_release(case):
+    output, line = PIP_SAID[case]
+    assert source.pip_failure(output, "vLLM 0.0.99", "vLLM release 0.0.99 does not exist") == line
+
+
 def test_the_cli_says_no_network_in_one_line(cache, monkeypatch):
     monkeypatch.setenv("FAKE_PIP_MODE", "nonet")
     proc = subprocess.run(

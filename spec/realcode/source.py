@@ -141,7 +141,9 @@ def pip_failure(output: str, label: str, missing: str) -> str:
             return "cannot reach PyPI: pip found no version of it at all (from versions: none)"
         reason = _ERRNO.search(broken[-1])
         why = next(g for g in reason.groups() if g) if reason else broken[-1][:160]
-        return f"cannot reach PyPI: {'the proxy: ' if 'ProxyError' in broken[-1] else ''}{why.strip()}"
+        if "ProxyError" in broken[-1]:
+            return f"cannot reach PyPI: cannot connect to the proxy ({why.strip()})"
+        return f"cannot reach PyPI: {why.strip()}"
     if found:
         return f"{missing} on PyPI"
     lines = [line.strip() for line in output.splitlines() if line.strip()]
