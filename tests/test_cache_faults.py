@@ -433,3 +433,19 @@ def test_a_truncated_memory_entry_is_rebuilt_once(release, monkeypatch, tmp_path
     assert len(calls) == 4
     assert memory.measure(release, [shape], 256) == first and len(calls) == 4  # whole again: read
     assert leftovers(entry.parent) == []
+
+
+@pytest.mark.parametrize("fault", [KeyboardInterrupt, OSError])
+def test_an_interrupted_entry_write_leaves_no_entry_and_no_temp_file(release, monkeypatch, fault):
+    from spec.realcode.executed import threshold
+
+    _fake_builder(monkeypatch)
+
+    def replace(src, dst):  # the moment the whole entry would be named
+        raise fault(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises((fault, SourceError)):
+        threshold.executed_thresholds(release)
+    entry = threshold._cache_file(release)  # noqa: PLC2701
+    assert list(entry.parent.iterdir()) == []
