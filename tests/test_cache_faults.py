@@ -324,6 +324,35 @@ def test_a_damaged_aiter_file_is_fetched_again_once_and_an_unwritable_cache_is_n
     assert runs(cache) == 2
 
 
+def _alive(pid: int) -> bool:
+    """Running (a zombie left for init to reap is not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def test_a_fetch_killed_with_sigkill_takes_pip_with_it_and_the_next_fetch_cleans_up(cache, monkeypatch):
+    import signal
+    import time
+
+    monkeypatch.setenv("FAKE_PIP_SECONDS", "20")
+    fetch = f"from spec.realcode.source import release_tree; release_tree({VERSION!r})"
+    proc = subprocess.Popen([sys.executable, "-c", fetch])
+    deadline = time.monotonic() + 60
+    while not runs(cache) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)  # pip's folders are there
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    time.sleep(1)
+    assert not any(_alive(int(pid)) for pid in cache.read_text().split())
+    monkeypatch.setenv("FAKE_PIP_SECONDS", "0")
+    assert (source.release_tree(VERSION) / RELATIVE_PATH).read_text() == GATE
+    assert runs(cache) == 2
+    assert leftovers(Path(os.environ["XDG_CACHE_HOME"])) == []
+
+
 # --- thresholds/*.json and memory/*.json ---------------------------------------------------------------
 
 

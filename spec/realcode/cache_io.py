@@ -58,14 +58,19 @@ def _why(folder: Path, e: OSError) -> str:
 
 
 @contextmanager
-def locked(folder: Path) -> Iterator[None]:
-    """Hold the exclusive lock of a cache folder (blocking until the holder before is done)."""
+def locked(folder: Path, waiting: Callable[[], None] = lambda: None) -> Iterator[None]:
+    """Hold the exclusive lock of a cache folder, blocking until the holder before is done (``waiting``
+    is called first where there is one)."""
     try:
         fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as e:
         raise CacheError(f"the cache folder {folder} is not writable ({_why(folder, e)})") from None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            waiting()
+            fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)  # releases the lock

@@ -13,13 +13,16 @@ release at a time, the tree renamed into place whole.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,7 +80,7 @@ def release_tree(version: str) -> Path:
     if _tree_problem(root) is None:
         return root
     cache_io.ensure_writable(folder)
-    with cache_io.locked(folder):
+    with cache_io.locked(folder, lambda: _note(f"mla-spec: waiting for another fetch of vLLM {version}")):
         if _tree_problem(root) is None:  # fetched by another process while this one waited
             return root
         cache_io.sweep(folder)
@@ -91,6 +94,13 @@ def release_tree(version: str) -> Path:
     if problem is not None:
         raise cache_io.CacheError(f"{problem}, even as downloaded just now (vLLM {version})")
     return root
+
+
+def _note(line: str) -> None:
+    """A line on stderr where it is a terminal (never in a log, so an error stays one line)."""
+    console = Console(stderr=True)
+    if console.is_terminal:
+        console.print(line, highlight=False)
 
 
 def _tree_problem(root: Path) -> str | None:
@@ -164,13 +174,13 @@ def _download_with_progress(cmd: list[str], env: dict[str, str], tmp: Path, what
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
     lines: list[str] = []
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    pipe, merged, death = subprocess.PIPE, subprocess.STDOUT, _die_with_parent()
+    proc = subprocess.Popen(cmd, stdout=pipe, stderr=merged, text=True, env=env, preexec_fn=death)
     try:
         reader = threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True)
         reader.start()
         console = Console(stderr=True)
-        if console.is_terminal:
-            console.print(f"mla-spec: fetching the {what} from PyPI once; cached in {cache}", highlight=False)
+        _note(f"mla-spec: fetching the {what} from PyPI once; cached in {cache}")
         columns = (TextColumn(what), BarColumn(), DownloadColumn(), TransferSpeedColumn())
         with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as progress:
             task = progress.add_task("download", total=None)
@@ -193,6 +203,17 @@ def _download_with_progress(cmd: list[str], env: dict[str, str], tmp: Path, what
             proc.kill()
             proc.wait()
     return "".join(lines)
+
+
+def _die_with_parent() -> Callable[[], object] | None:
+    """For pip's process, before it starts: have it SIGKILLed when this process dies (Linux's
+    PR_SET_PDEATHSIG), so a killed fetch leaves no pip writing into the cache folder.  Looked up here, in
+    the parent: the child only calls it."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux
+        return None
+    return lambda: prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
 
 
 def _downloaded(tmp: Path, name: str) -> int:
