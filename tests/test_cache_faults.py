@@ -170,7 +170,7 @@ PIP_SAID = {
     ),
     "HTTPS_PROXY=http://127.0.0.1:9 --retries 0": (
         _NONE,
-        "cannot reach PyPI: pip found no version of it at all (from versions: none)",
+        "cannot reach PyPI: pip listed no versions at all (from versions: none)",
     ),
     "vllm==0.0.99": (
         "ERROR: Could not find a version that satisfies the requirement vllm==0.0.99 (from versions: 0.0.1, "

@@ -40,7 +40,7 @@ def ensure_writable(folder: Path) -> None:
     """Create ``folder`` and prove a file can be made in it, or raise naming it (before any download)."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=folder, prefix=".writable-", suffix=STAGING_SUFFIX)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".writable-")  # not swept: no STAGING_SUFFIX
         os.close(fd)
         os.unlink(probe)
     except OSError as e:

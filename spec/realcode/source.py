@@ -148,7 +148,7 @@ def pip_failure(output: str, label: str, missing: str) -> str:
     found = _FOUND.search(output)
     if broken or (found and found.group(1).strip() == "none"):
         if not broken:
-            return "cannot reach PyPI: pip found no version of it at all (from versions: none)"
+            return "cannot reach PyPI: pip listed no versions at all (from versions: none)"
         reason = _ERRNO.search(broken[-1])
         why = next(g for g in reason.groups() if g) if reason else broken[-1][:160]
         if "ProxyError" in broken[-1]:
