@@ -28,3 +28,12 @@ def test_the_download_shows_its_size_and_cache_on_a_terminal_and_returns_pips_ou
     shown = (tmp_path / "stderr.txt").read_text()
     assert f"cached in {tmp_path / 'cache'}" in shown
     assert "/1.0 MB" in shown  # the size pip announced, as the bar's total
+
+
+def test_off_a_terminal_the_download_writes_nothing_on_stderr(tmp_path, capfd):
+    """No note, no bar and no blank line where stderr is a log: a failed fetch's error stays one line."""
+    fake_pip = "print('  Downloading vllm-9.9.9.tar.gz (1.0 MB)', flush=True); import time; time.sleep(0.5)"
+    source._download_with_progress(  # noqa: PLC2701
+        [sys.executable, "-c", fake_pip], {}, tmp_path, "vLLM 9.9.9 sdist", tmp_path / "cache"
+    )
+    assert capfd.readouterr().err == ""

@@ -31,7 +31,7 @@ from typing import Any
 
 from mla_model.deployments import Deployment, deployments
 from mla_model.shape import ARCHS, Shape
-from spec.realcode import source
+from spec.realcode import cache_io, source
 from spec.realcode.aiter_sizing import DEFAULT_AITER, AiterCode, aiter_code
 from spec.realcode.executed.harness import (
     NEEDS_TORCH,
@@ -188,6 +188,11 @@ def _cache_file(code: ReleaseCode, aiter: AiterCode, max_num_seqs: int, registry
     return cache_dir().parent / "memory" / f"{h.hexdigest()[:24]}.json"
 
 
+def _is_entry(data: Any) -> bool:
+    """A cached entry as written: one row (a JSON object) per shape key (anything else is rebuilt)."""
+    return isinstance(data, dict) and all(isinstance(row, dict) for row in data.values())
+
+
 def _key(shape: Shape) -> str:
     return json.dumps(shape.to_json(), sort_keys=True)
 
@@ -203,9 +208,10 @@ def measure(
     """One :class:`Memory` per shape, in order (cached; the misses run in one harness child)."""
     code, acode = _code(release), aiter_code(aiter)
     cached_file = _cache_file(code, acode, max_num_seqs, registry)
-    cached: dict[str, Any] = json.loads(cached_file.read_text()) if cached_file.is_file() else {}
+    cached: dict[str, Any] = cache_io.read_json(cached_file, _is_entry) or {}
     todo = list({_key(s): s for s in shapes if _key(s) not in cached}.values())
     if todo:
+        cache_io.ensure_writable(cached_file.parent)  # before the child runs, not after
         request = {
             "file": str(code.file),
             "tree": str(code.tree) if code.tree else None,
@@ -230,10 +236,7 @@ def measure(
                 raise HarnessError(NEEDS_TORCH)
             last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
             raise HarnessError(f"{code.label}: the memory child stopped ({last})")
-        cached_file.parent.mkdir(parents=True, exist_ok=True)
-        partial = cached_file.with_name(cached_file.name + ".partial")
-        partial.write_text(json.dumps(cached))
-        partial.replace(cached_file)
+        cache_io.write_json(cached_file, cached)
     return [_memory(code.label, acode.label, s, max_num_seqs, cached[_key(s)]) for s in shapes]
 
 

@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from spec.realcode.source import SourceError, cache_dir, is_release
+from spec.realcode import cache_io
+from spec.realcode.source import SourceError, cache_dir, is_release, pip_failure
 
 PACKAGE = "amd-aiter"
 FILES = {"attention": "aiter/ops/attention.py", "mla": "aiter/mla.py"}
@@ -76,32 +77,39 @@ def aiter_code(source: str = DEFAULT_AITER) -> AiterCode:
         raise SourceError(f"{source}: no such AITER tree, wheel or {PACKAGE} version")
     root = aiter_dir(version)
     files = {k: root / Path(v).name for k, v in FILES.items()}
-    if all(f.is_file() for f in files.values()):
+    if all(_readable(f) for f in files.values()):
         return AiterCode(f"{PACKAGE}=={version}", files["attention"], files["mla"])
-    with tempfile.TemporaryDirectory(prefix="mla-spec-aiter-pip-") as tmp:
+    cache_io.ensure_writable(root)
+    with cache_io.locked(root), tempfile.TemporaryDirectory(prefix="mla-spec-aiter-pip-") as tmp:
+        if all(_readable(f) for f in files.values()):  # fetched by another process while this one waited
+            return AiterCode(f"{PACKAGE}=={version}", files["attention"], files["mla"])
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:"]
         cmd += [f"{PACKAGE}=={version}", "-d", tmp]
         env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1")
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
         wheels = sorted(Path(tmp).glob("*.whl"))
         if not wheels:
-            if "No matching distribution" in proc.stderr or "Could not find a version" in proc.stderr:
-                raise SourceError(f"{PACKAGE} {version} is not on PyPI")
-            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            raise SourceError(f"could not fetch {PACKAGE} {version} from PyPI: {last}")
+            output = proc.stdout + proc.stderr
+            raise SourceError(pip_failure(output, f"{PACKAGE} {version}", f"{PACKAGE} {version} is not"))
         return _from_wheel(wheels[0], root, f"{PACKAGE}=={version}")
 
 
+def _readable(file: Path) -> bool:
+    """A kept file is there and is UTF-8 text (else it is fetched again)."""
+    try:
+        file.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    return True
+
+
 def _from_wheel(wheel: Path, root: Path, label: str) -> AiterCode:
-    """Keep the two files of the wheel under ``root`` (written whole before they are named)."""
-    root.mkdir(parents=True, exist_ok=True)
+    """Keep the two files of the wheel under ``root`` (each written whole under a temporary name, then
+    renamed: :func:`spec.realcode.cache_io.write_bytes`)."""
     try:
         with zipfile.ZipFile(wheel) as z:
             for name in FILES.values():
-                target = root / Path(name).name
-                partial = target.with_name(target.name + ".partial")
-                partial.write_bytes(z.read(name))
-                partial.replace(target)
+                cache_io.write_bytes(root / Path(name).name, z.read(name))
     except (KeyError, zipfile.BadZipFile, OSError) as e:
         raise SourceError(f"{wheel}: not an AITER wheel with {', '.join(FILES.values())} ({e})") from None
     return AiterCode(label, root / "attention.py", root / "mla.py")

@@ -14,7 +14,6 @@ with :mod:`mla_model.logic`, so it evaluates on one shape, on numpy and under z3
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 
 from mla_model.logic import Term, if_then_else, is_in, maximum
 from mla_model.shape import SPEC_METHODS, Shape
+from spec.realcode import cache_io
 from spec.realcode.executed.harness import HarnessError, ReleaseCode, execute
 from spec.realcode.source import cache_dir
 
@@ -54,8 +54,10 @@ def executed_thresholds(code: ReleaseCode) -> dict[str, dict[str, tuple[int, int
     run at DCP > 1 in the harness, only "1" is returned.
     """
     cached = _cache_file(code)
-    if cached.is_file():
-        return {d: {m: (a, b) for m, (a, b) in f.items()} for d, f in json.loads(cached.read_text()).items()}
+    hit = cache_io.read_json(cached, _is_entry)
+    if hit is not None:
+        return {d: {m: (a, b) for m, (a, b) in f.items()} for d, f in hit.items()}
+    cache_io.ensure_writable(cached.parent)  # before the harness runs, not after
     methods = [m for m in SPEC_METHODS if m != "none"]
     shapes = [
         Shape(num_heads=16, spec_method=m, num_spec_tokens=k) for m in methods for k in K_RANGE if k > 0
@@ -83,9 +85,22 @@ def executed_thresholds(code: ReleaseCode) -> dict[str, dict[str, tuple[int, int
                 int(row["threshold"])
             )
     fitted = {dcp: _fit(code, dcp, values) for dcp, values in seen.items()}
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    cached.write_text(json.dumps(fitted))
+    cache_io.write_json(cached, fitted)
     return fitted
+
+
+def _is_entry(data: Any) -> bool:
+    """A cached entry as written: ``{"1": {method: [a, b]}, ">1": ...}`` (anything else is rebuilt)."""
+    return (
+        isinstance(data, dict)
+        and "1" in data
+        and set(data) <= {"1", ">1"}
+        and all(
+            isinstance(f, dict)
+            and all(isinstance(ab, list) and [type(x) for x in ab] == [int, int] for ab in f.values())
+            for f in data.values()
+        )
+    )
 
 
 def _fit(code: ReleaseCode, dcp: str, seen: dict[str, dict[int, set[int]]]) -> dict[str, tuple[int, int]]:
