@@ -478,3 +478,23 @@ def test_an_interrupted_entry_write_leaves_no_entry_and_no_temp_file(release, mo
         threshold.executed_thresholds(release)
     entry = threshold._cache_file(release)  # noqa: PLC2701
     assert list(entry.parent.iterdir()) == []
+
+
+def test_check_of_a_tree_ends_in_one_line_when_its_thresholds_cannot_be_cached(tmp_path, monkeypatch):
+    """A cache fault is the user's machine, not a file the harness cannot run: check must not fall back to
+    0.28.0's formula (on the code before this, it did, and said so only in the revision's title)."""
+    from spec.realcode import revision
+    from spec.realcode.cache_io import CacheError
+    from spec.realcode.executed import harness
+
+    tree = tmp_path / "tree"
+    (tree / RELATIVE_PATH).parent.mkdir(parents=True)
+    (tree / RELATIVE_PATH).write_text(GATE)
+    monkeypatch.setattr(
+        harness, "release_code", lambda spec: harness.ReleaseCode("vllm==9.9.9", Path(spec), tree)
+    )
+    _fake_builder(monkeypatch)
+    monkeypatch.setenv("XDG_CACHE_HOME", "/proc/nope")
+    source_ = source.Source(str(tree / RELATIVE_PATH), tree / RELATIVE_PATH, GATE)
+    with pytest.raises(CacheError, match=r"^the cache folder /proc/nope/mla-spec/thresholds is not writ"):
+        revision._threshold(source_)  # noqa: PLC2701

@@ -284,7 +284,10 @@ def _threshold(source: Source) -> tuple[Callable[[Any], Term], str]:
     Where it cannot be executed (a lone file with no vLLM tree around it, or no
     torch for the harness), 0.28.0's formula stands in and the revision's
     title says so.
+    A cache that cannot be written or an entry that stays damaged is not such a case: it ends the command
+    in one line (exit 2), since a stand-in there would hide a fault of the user's machine.
     """
+    from spec.realcode.cache_io import CacheError
     from spec.realcode.executed.harness import HarnessError, release_code
     from spec.realcode.executed.threshold import threshold_function
     from spec.realcode.source import SourceError
@@ -292,6 +295,8 @@ def _threshold(source: Source) -> tuple[Callable[[Any], Term], str]:
     spec = source.label.split("==", 1)[1] if source.label.startswith("vllm==") else str(source.path)
     try:
         return threshold_function(release_code(spec)), "executed from the release's builder"
+    except CacheError:
+        raise
     except (SourceError, HarnessError) as e:
         return reorder_batch_threshold, f"0.28.0's formula, not executed: {e}"
 
