@@ -213,13 +213,14 @@ def lock_held(path: Path) -> bool:
 def lock_holder(path: Path) -> int | None:
     """The pid holding a ``flock`` on ``path`` (from ``/proc/locks``), or None where it cannot be told."""
     try:
-        inode = os.stat(path).st_ino
+        st = os.stat(path)
         lines = Path("/proc/locks").read_text().splitlines()
     except OSError:
         return None
+    where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"  # as /proc/locks writes it
     for line in lines:
         parts = line.split()
-        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5].rsplit(":", 1)[-1] == str(inode):
+        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5] == where:
             return int(parts[4])
     return None
 

@@ -185,7 +185,8 @@ def _start(tmp_path: Path, n: int) -> tuple[subprocess.Popen, Path, Path]:
 def _results(out: Path) -> list[dict]:
     if not out.exists():
         return []
-    return [json.loads(line) for line in out.read_text().splitlines()[1:] if line.endswith("}")]
+    records = [json.loads(line) for line in out.read_text().splitlines() if line.endswith("}")]
+    return [r for r in records if "status" in r]  # not the settings record
 
 
 def _children(pid: int) -> list[int]:
@@ -198,6 +199,14 @@ def _children(pid: int) -> list[int]:
         if stat and int(stat.rsplit(")", 1)[1].split()[1]) == pid:
             found.append(int(entry))
     return found
+
+
+def _running(pid: int) -> bool:
+    """Whether the process exists and has not exited (a zombie no one reaped yet has)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 @pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
@@ -213,7 +222,7 @@ def test_a_signal_ends_conform_cleanly_and_says_how_to_resume(tmp_path, sig, sta
     assert match, last
     time.sleep(1)
     assert int(match.group(1)) == len(_results(out)) < 60  # every line whole, and nothing written since
-    assert not [p for p in child if Path(f"/proc/{p}").exists()], "the pytest child outlived conform"
+    assert not [p for p in child if _running(p)], "the pytest child outlived conform"
 
 
 def test_a_killed_child_records_error_for_its_unfinished_cases_and_the_resume_runs_them(tmp_path):
@@ -230,3 +239,16 @@ def test_a_killed_child_records_error_for_its_unfinished_cases_and_the_resume_ru
     latest = {r["key"]: r["status"] for r in _results(out)}
     assert again.returncode in (0, 1) and "ERROR" not in again.stdout, again.stdout + again.stderr
     assert not [k for k in errors if latest[k] == "ERROR"]  # each ran again, to its own verdict
+
+
+def test_a_child_writes_nothing_once_conform_is_killed(tmp_path):
+    """Was: a SIGKILLed conform left its pytest child running and writing the results file."""
+    proc, cases, out = _start(tmp_path, 60)
+    child = _children(proc.pid)
+    proc.kill()
+    proc.communicate(timeout=60)
+    deadline = time.monotonic() + 60
+    while any(_running(p) for p in child) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(_running(p) for p in child), "the child kept running"
+    assert len(_results(out)) < 60  # it stopped at its next write, not after the last case
