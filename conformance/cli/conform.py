@@ -10,8 +10,16 @@ each.
 This module imports neither z3 nor torch at import time, so on a GPU machine
 without z3 it runs as ``python -m conformance.cli.conform``.
 
-Exit status: 0 when no case is MISMATCH, NAN or CRASH; 1 otherwise; 2 for bad
-input (a missing or malformed cases file, an unknown backend or fault).
+The results file opens with the run's settings and is held with a lock for the
+run (:mod:`conformance.results_file`); a child killed by a signal leaves ERROR
+for the cases it had not finished, which a rerun runs again.  The cases file is
+read one case at a time, and the results file followed from where it was last
+read, so a million cases need their keys in memory, not their records.
+
+Exit status: 0 when no case is MISMATCH, NAN, CRASH or ERROR; 1 otherwise; 2 for
+bad input (a missing or malformed cases file, an unknown backend or fault, an
+``--out`` that is not ours or was made with other settings, a case past
+``--max-memory``); 130 on SIGINT and 143 on SIGTERM, with how many cases are done.
 """
 
 from __future__ import annotations
@@ -265,22 +273,24 @@ def conform_command(
             str(e) if isinstance(e, ValueError) else f"--cases {cases_path}: {e.strerror}"
         ) from None
     console = Console(stderr=True, highlight=False)
-    order = _checked_keys(cases_path, kv_len or DEFAULT_KV_LEN, max_memory, console)
-    if out is None:
-        out = Path(tempfile.mkdtemp(prefix="mla-conform-")) / "results.jsonl"
-    elif out.name in ("", ".", "..") or (out.is_dir() and not out.is_symlink()):
-        raise BadInput(f"--out {out}: a folder; name the results file")
-    try:  # before the progress bar, so a refusal stays one line
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise BadInput(f"--out {out}: cannot create its folder: {e.strerror or e}") from None
-    settings = run_settings(backend, device, fault, kv_len, full_context, vllm, dcp_ranks, inject_fault)
-    try:
-        lock = open_results(out, settings, cases_path)  # held until conform exits
-    except Refused as e:
-        raise BadInput(str(e)) from None
     handlers = {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGINT, signal.SIGTERM)}
+    order: list[str] = []
+    lock = None
     try:
+        order = _checked_keys(cases_path, kv_len or DEFAULT_KV_LEN, max_memory, console)
+        if out is None:
+            out = Path(tempfile.mkdtemp(prefix="mla-conform-")) / "results.jsonl"
+        elif out.name in ("", ".", "..") or (out.is_dir() and not out.is_symlink()):
+            raise BadInput(f"--out {out}: a folder; name the results file")
+        try:  # before the progress bar, so a refusal stays one line
+            out.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise BadInput(f"--out {out}: cannot create its folder: {e.strerror or e}") from None
+        settings = run_settings(backend, device, fault, kv_len, full_context, vllm, dcp_ranks, inject_fault)
+        try:
+            lock = open_results(out, settings, cases_path)  # held until conform exits
+        except Refused as e:
+            raise BadInput(str(e)) from None
         _replay(
             backend,
             cases_path,
@@ -301,15 +311,20 @@ def conform_command(
         for sig in handlers:
             signal.signal(sig, signal.SIG_IGN)  # a second Ctrl-C while the child stops changes nothing
         _stop_children()
-        done = _Results(out, backend, fault, set(order)).update()
-        click.echo(
-            f"mla-spec: interrupted: {done} of {len(order)} done; rerun the same command to resume", err=True
-        )
+        if lock is None:
+            click.echo("mla-spec: interrupted before any case ran; nothing was written", err=True)
+        else:
+            done = _Results(out, backend, fault, set(order)).update()
+            click.echo(
+                f"mla-spec: interrupted: {done} of {len(order)} done; rerun the same command to resume",
+                err=True,
+            )
         sys.exit(128 + e.signum)
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
-        os.close(lock)
+        if lock is not None:
+            os.close(lock)
 
 
 def _checked_keys(cases_path: Path, kv_len: int, max_memory: int | None, console: Console) -> list[str]:
