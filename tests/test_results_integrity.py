@@ -165,9 +165,9 @@ def test_a_resume_rates_only_the_cases_it_ran(copied):
 # --- a real conform process ---------------------------------------------------------------------
 
 
-def _start(tmp_path: Path, n: int) -> tuple[subprocess.Popen, Path, Path]:
+def _start(tmp_path: Path, n: int, *extra: str) -> tuple[subprocess.Popen, Path, Path]:
     cases, out = _cases(n, tmp_path / "cases.jsonl"), tmp_path / "results.jsonl"
-    args = _conform(cases, out)
+    args = _conform(cases, out) + list(extra)
     proc = subprocess.Popen(
         [sys.executable, "-m", "conformance", *args],
         stdout=subprocess.PIPE,
@@ -252,3 +252,17 @@ def test_a_child_writes_nothing_once_conform_is_killed(tmp_path):
         time.sleep(0.2)
     assert not any(_running(p) for p in child), "the child kept running"
     assert len(_results(out)) < 60  # it stopped at its next write, not after the last case
+
+
+def test_a_killed_xdist_worker_records_error_for_its_case_and_the_others_run_on(tmp_path):
+    """The worker's case is ERROR (not SKIP, not lost); xdist replaces the worker and the rest run."""
+    proc, cases, out = _start(tmp_path, 30, "--workers", "2")
+    (controller,) = _children(proc.pid)
+    workers = _children(controller)
+    assert len(workers) == 2
+    os.kill(workers[0], signal.SIGKILL)
+    stdout, stderr = proc.communicate(timeout=240)
+    latest = {r["key"]: r for r in _results(out)}
+    errors = [r for r in latest.values() if r["status"] == "ERROR"]
+    assert proc.returncode == 1 and len(latest) == 30, stdout + stderr
+    assert len(errors) == 1 and "worker" in errors[0]["detail"] and "ERROR" in stdout
