@@ -3,10 +3,14 @@
     pytest --mla-backend aiter-triton --mla-cases cases.jsonl --mla-results results.jsonl [-n GPUS]
 
 Each line of the cases file becomes a test; its verdict (:mod:`conformance.runner`)
-maps to pytest's: PASS passes; MISMATCH, NAN and CRASH fail; NO_KERNEL is an
-expected failure (the routed stack has no kernel: the model predicts it);
-SKIP skips.  ``--mla-results`` streams one JSON line per case and skips the
-cases it already holds, so rerunning the same command resumes.  Under
+maps to pytest's: PASS passes; MISMATCH, NAN, CRASH and ERROR fail; NO_KERNEL
+is an expected failure (the routed stack has no kernel: the model predicts
+it); SKIP skips.  ``--mla-results`` streams one JSON line per case and skips
+the cases it already holds (an ERROR, our harness failing, runs again), so
+rerunning the same command resumes; the file opens with the run's settings,
+and a run with other settings, or while another run holds its lock, is a
+usage error (:mod:`conformance.results_file`).  An xdist worker that dies
+(a signal) while running a case leaves an ERROR record for it.  Under
 pytest-xdist each worker takes one GPU (``--mla-device cuda``: worker ``gwN``
 uses GPU ``N``); a device error that leaves the CUDA context unusable ends
 the worker, which xdist replaces.
@@ -19,6 +23,7 @@ given.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +109,7 @@ def pytest_configure(config: pytest.Config) -> None:
     except ValueError as e:
         raise pytest.UsageError(f"--mla-cases {e}") from None
     try:
-        stale = stale_cases(parsed)
+        stale = [] if _checked_by_parent(config.getoption("--mla-results")) else stale_cases(parsed)
     except KeyError as e:  # a case of a revision or registry that mla-spec does not know (as conform says)
         raise pytest.UsageError(f"--mla-cases {cases}: {e.args[0]}") from None
     if stale:  # replaying a route the model no longer takes would pass or fail the wrong thing
@@ -118,6 +123,7 @@ def pytest_configure(config: pytest.Config) -> None:
     kv_len = config.getoption("--mla-kv-len")
     if kv_len is not None and kv_len < 1:
         raise pytest.UsageError("--mla-kv-len must be at least 1")
+    results = config.getoption("--mla-results")
     config.stash[_SETTINGS] = {
         "backend": backend,
         "path": path.resolve(),
@@ -126,13 +132,104 @@ def pytest_configure(config: pytest.Config) -> None:
         "kv_len": kv_len,
         "full_context": config.getoption("--mla-full-context"),
         "device": config.getoption("--mla-device"),
-        "results": config.getoption("--mla-results"),
+        "results": results,
+        "writer": _writer(config, Path(results), path) if results else None,
         "done": None,
         "vllm": vllm,
         "configured": False,
     }
     if config.args_source != pytest.Config.ArgsSource.ARGS:
         config.args = [str(path)]  # collect the cases, not the project's test paths
+
+
+def _writer(config: pytest.Config, results: Path, cases: Path) -> Any:
+    """Who this process writes the results file as: the run (it takes the file's lock and checks its
+    settings), or a child of the run holding it (mla-spec conform, the xdist controller), which stops
+    writing once that run is gone."""
+    from conformance import results_file
+    from conformance.backends.vllm import DCP_ENV
+
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return results_file.Writer(results, None)
+    settings = results_file.run_settings(
+        config.getoption("--mla-backend"),
+        config.getoption("--mla-device"),
+        config.getoption("--mla-fault"),
+        config.getoption("--mla-kv-len"),
+        config.getoption("--mla-full-context"),
+        config.getoption("--mla-vllm"),
+        os.environ.get(DCP_ENV["dcp_ranks"]) or None,
+        os.environ.get(DCP_ENV["inject_fault"]) or None,
+    )
+    try:
+        results.parent.mkdir(parents=True, exist_ok=True)
+        return results_file.Writer(
+            results, results_file.open_results(results, settings, cases, "--mla-results")
+        )
+    except results_file.Locked as e:
+        holder = results_file.lock_holder(results)
+        if holder is None or _is_ancestor(holder):
+            return results_file.Writer(results, None)  # the run that launched this pytest holds it
+        raise pytest.UsageError(str(e)) from None
+    except (results_file.Refused, OSError) as e:
+        raise pytest.UsageError(str(e)) from None
+
+
+def _checked_by_parent(results: str | None) -> bool:
+    """Whether the run that launched this pytest (conform, or the xdist controller) checked the cases already:
+    it holds the results file's lock.  Its checks are not repeated (a million cases take minutes)."""
+    if not results:
+        return False
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return True
+    from conformance import results_file
+
+    holder = results_file.lock_holder(Path(results))
+    return holder is not None and _is_ancestor(holder)
+
+
+def _is_ancestor(pid: int) -> bool:
+    """Whether ``pid`` is this process's parent, or its parent's, and so on (from /proc)."""
+    current = os.getppid()
+    while current > 1:
+        if current == pid:
+            return True
+        try:
+            stat = Path(f"/proc/{current}/stat").read_text()
+        except OSError:
+            return False
+        current = int(stat.rsplit(")", 1)[1].split()[1])
+    return False
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    settings = config.stash.get(_SETTINGS, None)
+    writer = settings and settings["writer"]
+    if writer is not None and writer.owner_fd is not None:
+        os.close(writer.owner_fd)  # the lock goes with it
+        writer.owner_fd = None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_handlecrashitem(crashitem: str, report: Any, sched: Any) -> None:
+    """xdist: a worker died running ``crashitem`` (a signal, an abort): our harness failed, not the case, so
+    the case gets an ERROR record and a resume runs it again (xdist starts a fresh worker for the rest)."""
+    config = getattr(sched, "config", None)
+    settings = config.stash.get(_SETTINGS, None) if config is not None else None
+    if settings is None or settings["writer"] is None:
+        return
+    from conformance import runner
+    from conformance.backends import case_key
+
+    key = crashitem.rsplit("::", 1)[-1]
+    case = next((c for c in settings["cases"] if case_key(c) == key), None)
+    if case is None:
+        return
+    record = runner.case_record(case, settings["backend"], settings["device"], settings["fault"])
+    detail = f"the pytest worker running it died ({report.longrepr})".splitlines()[0][:500]
+    record.update(status="ERROR", detail=detail, t_case_s=0.0, finished_at=time.time())
+    log = runner.ResultsLog(settings["results"])
+    settings["writer"].write(lambda: log.append(record))
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> Any:
@@ -183,7 +280,7 @@ class CaseItem(pytest.Item):
         )
         self.user_properties.append(("mla_status", record["status"]))
         if log is not None:
-            log.append(record)
+            settings["writer"].write(lambda: log.append(record))
         if record.get("device_lost"):
             os._exit(DEVICE_LOST_EXIT)  # the CUDA context is gone; a fresh process resumes
         status, detail = record["status"], record["detail"]
@@ -204,7 +301,7 @@ class CaseItem(pytest.Item):
 
 
 class CaseFailed(Exception):
-    """A MISMATCH, NAN or CRASH verdict."""
+    """A MISMATCH, NAN, CRASH or ERROR verdict."""
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

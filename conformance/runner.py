@@ -8,6 +8,8 @@ Verdicts (:data:`STATUSES`):
 ``CRASH``     the backend raised (CUDA error, assertion, ...): recorded, and the run goes on
 ``NO_KERNEL`` the routed stack has no kernel for this request (the backend says who refuses it)
 ``SKIP``      the backend cannot run here (a stale cases file is refused before any case runs)
+``ERROR``     our harness failed, not the code under test (building the inputs or the reference, a
+              worker killed by a signal): a failure, and a resume runs the case again
 
 Tolerance follows PyTorch's attention tests (``test/test_transformers.py``
 ``get_tolerances``): the float32 reference is compared with the same
@@ -16,9 +18,11 @@ fudge factor times ``max(that deviation, a dtype default)``.  The relative
 tolerance is the dtype default (their derived rtol divides by outputs near
 zero and would pass a mis-scaled output).
 
-Results stream to a JSONL file, one line per case, appended with one write;
-a rerun skips the cases the file already holds, so an interrupted run
-resumes.  This module imports torch; the pytest plugin imports it lazily.
+Results stream to a JSONL file after its settings record
+(:mod:`conformance.results_file`), one line per case, appended with one
+write; a rerun skips the cases the file already holds (but ERROR), so an
+interrupted run resumes.  This module imports torch; the pytest plugin
+imports it lazily.
 """
 
 from __future__ import annotations
@@ -35,9 +39,12 @@ from typing import Any
 import torch
 
 from conformance.backends import case_key
+from conformance.results_file import DEFAULT_KV_LEN as DEFAULT_KV_LEN  # the plugin reads it here
+from conformance.results_file import is_settings_record
 from mla_model.case import Case
 from mla_model.decision import decide
 from mla_model.emulation import NoKernel
+from mla_model.limits import json_lines
 from mla_model.reference import (
     FP8_DTYPE_OF_ARCH,
     HEAD_DIM,
@@ -58,8 +65,12 @@ FUDGE = 4.0
 COSINE_MIN = 0.999
 
 REFERENCE_RUNS = 2  # the reference is timed at its best of these (the kernel at its best of 3 warm runs)
-DEFAULT_KV_LEN = 256  # context tokens per request drawn from [1, kv_len] (exactly kv_len with full_context)
 PAGE_SIZES = (1, 16, 64)  # kv-cache block sizes the inputs cycle through (the kernels see page size 1)
+# memory_estimate's copies, measured on the CPU (peak RSS of run_case, model backend, full context): 32
+# requests of 1 head at kv-len 32,768 peaked at 5.95 GB (estimate 7.4 GB); 32 requests of 128 heads at
+# qlen 31, kv-len 8,192 at 16.5 GB (estimate 18.7 GB).
+KV_COPIES = 3  # the KV drawn in float32, then gathered as float32 and bf16 operands
+SCORE_COPIES = 4  # scores and probabilities, float32, of the float32 and the bf16 reference
 
 
 class Unavailable(Exception):
@@ -233,6 +244,7 @@ def run_case(
     started = time.time()
     s = case.shape
     record = case_record(case, backend.name, device, fault)
+    stage = "the harness"  # until the backend runs, a failure is ours (ERROR), not the code under test's
     try:
         revision, registry = get_revision(case.revision), load_registry(case.registry)
         decision = decide(revision, registry, s)
@@ -260,12 +272,14 @@ def run_case(
         # Timed warm, as the kernel is: the first call of a shape pays for cuBLAS's algorithm choice.
         watch.best("reference", reference, REFERENCE_RUNS if device.startswith("cuda") else 1)
         ref, ref_lowp = refs
+        stage = "the backend"
         t0 = time.perf_counter()
         out, info = backend.run(case, decision, registry, inputs, watch, fault)
         if device.startswith("cuda"):
             torch.cuda.synchronize(device)
         record["t_backend_ms"] = (time.perf_counter() - t0) * 1e3
         record["info"] = info
+        stage = "the harness"
         record.update(classify(out, ref, ref_lowp))
         record.update({f"t_{name}_ms": ms for name, ms in watch.millis().items()})
     except NoKernel as e:
@@ -273,11 +287,29 @@ def run_case(
     except Unavailable as e:
         record.update(status="SKIP", detail=str(e))
     except Exception as e:  # noqa: BLE001 - a crash is a verdict, recorded and survived
-        record.update(status="CRASH", detail=f"{type(e).__name__}: {e}".splitlines()[0][:500])
+        error = f"{type(e).__name__}: {e}".splitlines()[0][:500]
+        if stage == "the backend":
+            record.update(status="CRASH", detail=error)
+        else:
+            record.update(status="ERROR", detail=f"{stage} failed, not the backend: {error}"[:500])
         record["device_lost"] = device.startswith("cuda") and not _device_alive(device)
     record["t_case_s"] = time.time() - started
     record["finished_at"] = time.time()
     return record
+
+
+def memory_estimate(case: Case, kv_len: int = DEFAULT_KV_LEN) -> int:
+    """Bytes the case's inputs and reference take at most (before any is allocated): each request's KV, up to
+    ``kv_len`` context tokens plus its query block and a page of slack, drawn in float32 and held again as
+    the gathered float32 and bf16 operands (:data:`KV_COPIES`), plus the float32 scores and probabilities of
+    both references (:data:`SCORE_COPIES`).
+    ``kv_len`` bounds the context with or without ``full_context``, so one estimate serves both."""
+    s = case.shape
+    tokens = kv_len + s.max_qo_len + max(PAGE_SIZES)
+    heads = max(s.num_heads, int(case.expected_route.get("padded_q_heads") or 0))
+    kv = s.num_reqs * tokens * HEAD_DIM * 4 * KV_COPIES
+    scores = SCORE_COPIES * s.num_reqs * s.max_qo_len * heads * tokens * 4
+    return kv + scores
 
 
 def _device_alive(device: str) -> bool:
@@ -293,27 +325,41 @@ def _device_alive(device: str) -> bool:
 
 
 class ResultsLog:
-    """A JSONL results file: one record per line, appended atomically, read back for resume and reports."""
+    """A JSONL results file: its settings record, then one record per line, appended atomically, read back for
+    resume and reports within :mod:`mla_model.limits` (a line past a limit is a ValueError naming it)."""
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         self._checked_tail = False
+        self._offset = 0  # how far :meth:`new_records` has read
+        self._lines = 0
 
     def records(self) -> Iterator[dict[str, Any]]:
         """Every complete record, read line by line (a line cut short by an interrupted run is skipped, and so
         is a line that is not a result: its case runs again)."""
         if not self.path.exists():
             return
-        with self.path.open(encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if not line.endswith("\n"):
-                    return  # the torn last line of an interrupted run: its case runs again
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if is_result(record):
-                    yield record
+        for _, _, line in json_lines(self.path, "results file", complete=True):
+            record = _parsed(line)
+            if record is not None:
+                yield record
+
+    def new_records(self) -> list[dict[str, Any]]:
+        """The records appended since the last call (the first call: all of them), read from where it left
+        off, so following a growing file costs what it grew by."""
+        if not self.path.exists():
+            return []
+        if self.path.stat().st_size < self._offset:  # cut short by someone else: read it again
+            self._offset = self._lines = 0
+        out = []
+        for n, offset, line in json_lines(
+            self.path, "results file", start=self._offset, first_line=self._lines + 1, complete=True
+        ):
+            self._offset, self._lines = offset, n
+            record = _parsed(line)
+            if record is not None:
+                out.append(record)
+        return out
 
     def _drop_torn_tail(self) -> None:
         """Cut a last line an interrupted run left without its newline, so new records start on a line."""
@@ -339,7 +385,13 @@ class ResultsLog:
             f.truncate(keep)
 
     def done(self, backend: str, fault: str | None) -> set[str]:
-        return {r["key"] for r in self.records() if r.get("backend") == backend and r.get("fault") == fault}
+        """The keys of this run's cases whose latest record stands (an ERROR is ours, and runs again)."""
+        latest = {
+            r["key"]: r["status"]
+            for r in self.records()
+            if r.get("backend") == backend and r.get("fault") == fault
+        }
+        return {k for k, status in latest.items() if status != "ERROR"}
 
     def append(self, record: dict[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -351,6 +403,15 @@ class ResultsLog:
             os.write(fd, line)
         finally:
             os.close(fd)
+
+
+def _parsed(line: str) -> dict[str, Any] | None:
+    """A results line's record, or None for the settings record or a line that is not a result."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    return record if is_result(record) and not is_settings_record(record) else None
 
 
 def is_result(record: Any) -> bool:

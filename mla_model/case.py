@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mla_model.decision import decide
+from mla_model.limits import cut, cut_text, json_lines
 from mla_model.registry import NO_KERNEL, Registry, resolved_kernel
 from mla_model.revisions.base import Revision
 from mla_model.shape import FP8_KV_CACHE_DTYPES, GIB, SPEC_METHODS, Shape
@@ -55,11 +56,11 @@ class Case:
             {"id", "shape", "expected_route", "origin", "revision", "registry", "seed"} - set(data)
         )
         if missing:
-            raise ValueError(f"case {data.get('id', '?')!r} lacks {', '.join(missing)}")
+            raise ValueError(f"case {cut(data.get('id', '?'))} lacks {', '.join(missing)}")
         # The JSON type of each field, so that a hand-edited line is refused here, naming it, not later.
         for key, kind, noun in _FIELD_TYPES:
             if not isinstance(data[key], kind) or isinstance(data[key], bool):
-                raise ValueError(f"case {data['id']!r}: {key} {data[key]!r} is not {noun}")
+                raise ValueError(f"case {cut(data['id'])}: {key} {cut(data[key])} is not {noun}")
         return cls(
             data["id"],
             Shape.from_json(data["shape"]),
@@ -205,24 +206,34 @@ def case_seed(case_id_: str) -> int:
 
 def write_cases(cases: Iterable[Case], path: Path) -> None:
     """One case per line, keys in a fixed order, a newline at the end: byte-identical reruns."""
-    text = "".join(json.dumps(c.to_json(), separators=(",", ":")) + "\n" for c in cases)
-    Path(path).write_text(text)
+    Path(path).write_text(cases_text(cases))
+
+
+def cases_text(cases: Iterable[Case]) -> str:
+    """What :func:`write_cases` writes."""
+    return "".join(json.dumps(c.to_json(), separators=(",", ":")) + "\n" for c in cases)
 
 
 def read_cases(path: Path) -> list[Case]:
-    """The cases of a JSONL file; a bad line is a ValueError naming the file and line."""
-    out = []
-    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+    """The cases of a JSONL file; a bad line is a ValueError naming the file and line (see
+    :func:`iter_cases`)."""
+    return list(iter_cases(path))
+
+
+def iter_cases(path: Path) -> Iterator[Case]:
+    """The cases of a JSONL file one at a time, read within :mod:`mla_model.limits` (a device or a FIFO is
+    refused before it is opened; a line too long or nested too deep is refused before it is parsed); a bad
+    line is a ValueError naming the file and line, its values cut to a readable length."""
+    for n, _, line in json_lines(path, "cases file"):
         if not line.strip():
             continue
         try:
             data = json.loads(line)
             if not isinstance(data, dict):
                 raise ValueError(f"a case is a JSON object, not {type(data).__name__}")
-            out.append(Case.from_json(data))
+            yield Case.from_json(data)
         except (ValueError, TypeError, KeyError) as e:
-            raise ValueError(f"{path}:{n}: {e}") from None
-    return out
+            raise ValueError(f"{path}:{n}: {cut_text(str(e))}") from None
 
 
 def _kernel_json(name: str) -> str | None:

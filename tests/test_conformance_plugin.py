@@ -63,11 +63,12 @@ def test_plugin_replays_streams_and_resumes(tmp_path):
     first = _pytest(*args, cwd=tmp_path)
     assert first.returncode == 1, first.stdout  # the fp8-on-Gluon case fails
     assert "MISMATCH" in first.stdout and "mla-spec model:" in first.stdout
-    records = [json.loads(line) for line in results.read_text().splitlines()]
+    settings, *records = [json.loads(line) for line in results.read_text().splitlines()]
+    assert settings["settings"]["backend"] == "model" and settings["settings"]["kv_len"] == 16
     assert len(records) == 6 and {r["status"] for r in records} <= {"PASS", "NO_KERNEL", "MISMATCH"}
     again = _pytest(*args, cwd=tmp_path)
     assert again.returncode == 0 and "6 skipped" in again.stdout, again.stdout
-    assert len(results.read_text().splitlines()) == 6
+    assert len(results.read_text().splitlines()) == 7
 
 
 def test_plugin_rejects_bad_input_in_one_line(tmp_path):
@@ -107,7 +108,7 @@ def test_conform_prints_a_summary_and_exits_by_verdict(tmp_path):
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert summary["cases"] == 4 and set(summary["statuses"]) <= {"PASS", "NO_KERNEL"}
-    assert summary["results"] == str(out) and len(out.read_text().splitlines()) == 4
+    assert summary["results"] == str(out) and len(out.read_text().splitlines()) == 5  # the settings, 4 cases
 
 
 @pytest.mark.parametrize(

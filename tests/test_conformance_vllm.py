@@ -207,7 +207,7 @@ def test_conform_streams_vllm_results(tmp_path):
         ],
     )
     assert result.exit_code == 0, result.output
-    records = [json.loads(line) for line in out.read_text().splitlines()]
+    records = [json.loads(line) for line in out.read_text().splitlines()[1:]]  # after the settings line
     assert len(records) == 6 and all(
         r["backend"] == "vllm" and r["release"] == "vllm==0.28.0" for r in records
     )

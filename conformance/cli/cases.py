@@ -9,10 +9,11 @@ from pathlib import Path
 
 import click
 
+from conformance.atomic_write import Refused, check_target, replace_folder, write_file
 from conformance.case_modules import render_vllm_module, slug, write_suite
 from conformance.cli.errors import EXIT_UNKNOWN, BadInput
 from conformance.cli.options import format_option
-from mla_model.case import Case, write_cases
+from mla_model.case import Case, cases_text
 from mla_model.registry import REGISTRY_IDS
 from mla_model.revisions import REVISIONS
 
@@ -68,10 +69,12 @@ def cases_command(revisions, registry, style, routes, out, fmt) -> None:
     chosen = list(REVISIONS) if not revisions or "all" in revisions else list(dict.fromkeys(revisions))
     if style == "vllm" and len(chosen) != 1:
         raise BadInput("--style vllm writes one module: name one --revision")
-    if style != "suite" and out.is_dir():
+    if style != "suite" and out.is_dir() and not out.is_symlink():
         raise BadInput(f"--style {style} writes a file, and {out} is a folder")
-    if style == "suite" and out.exists() and not out.is_dir():
-        raise BadInput(f"--out {out} is a file; the suite style writes a folder")
+    try:  # before the solver runs, so a refusal costs nothing
+        check_target(out, folder=style == "suite")
+    except Refused as e:
+        raise BadInput(str(e)) from None
     jobs = [(rev, registry, routes) for rev in chosen]
     from spec.analyses.cases import SolverGaveUp
 
@@ -87,12 +90,11 @@ def cases_command(revisions, registry, style, routes, out, fmt) -> None:
     written: list[dict] = []
     try:
         if style == "jsonl":
-            out.parent.mkdir(parents=True, exist_ok=True)
             first: dict[tuple, Case] = {}
             for c in (c for cases in results for c in cases):
                 first.setdefault((c.id, json.dumps(c.expected_route, sort_keys=True)), c)
             unique = list(first.values())
-            write_cases(unique, out)
+            write_file(out, cases_text(unique))
             written.append(
                 {
                     "revision": ",".join(chosen),
@@ -101,17 +103,35 @@ def cases_command(revisions, registry, style, routes, out, fmt) -> None:
                     "files": [str(out)],
                 }
             )
-            results = []
-        for rev, cases in zip(chosen, results):
-            if style == "vllm":
-                out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_text(render_vllm_module(rev, registry, cases))
-                paths = [out]
-            else:
-                paths = write_suite(cases, out / slug(rev) if len(chosen) > 1 else out, rev, registry)
+        elif style == "vllm":
+            write_file(out, render_vllm_module(chosen[0], registry, results[0]))
             written.append(
-                {"revision": rev, "registry": registry, "cases": len(cases), "files": [str(p) for p in paths]}
+                {"revision": chosen[0], "registry": registry, "cases": len(results[0]), "files": [str(out)]}
             )
+        else:
+            # The whole folder is staged beside OUT and swapped in: killed midway, OUT stays as it was.
+            files: dict[str, list[Path]] = {}
+
+            def fill(staging: Path) -> list[Path]:
+                for rev, cases in zip(chosen, results):
+                    files[rev] = write_suite(
+                        cases, staging / slug(rev) if len(chosen) > 1 else staging, rev, registry
+                    )
+                return [p for paths in files.values() for p in paths]
+
+            done = iter(replace_folder(out, fill))
+            for rev, cases in zip(chosen, results):
+                paths = [next(done) for _ in files[rev]]
+                written.append(
+                    {
+                        "revision": rev,
+                        "registry": registry,
+                        "cases": len(cases),
+                        "files": [str(p) for p in paths],
+                    }
+                )
+    except Refused as e:
+        raise BadInput(str(e)) from None
     except OSError as e:
         raise BadInput(f"cannot write {e.filename}: {e.strerror}") from None
     if fmt == "json":

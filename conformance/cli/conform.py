@@ -10,8 +10,16 @@ each.
 This module imports neither z3 nor torch at import time, so on a GPU machine
 without z3 it runs as ``python -m conformance.cli.conform``.
 
-Exit status: 0 when no case is MISMATCH, NAN or CRASH; 1 otherwise; 2 for bad
-input (a missing or malformed cases file, an unknown backend or fault).
+The results file opens with the run's settings and is held with a lock for the
+run (:mod:`conformance.results_file`); a child killed by a signal leaves ERROR
+for the cases it had not finished, which a rerun runs again.  The cases file is
+read one case at a time, and the results file followed from where it was last
+read, so a million cases need their keys in memory, not their records.
+
+Exit status: 0 when no case is MISMATCH, NAN, CRASH or ERROR; 1 otherwise; 2 for
+bad input (a missing or malformed cases file, an unknown backend or fault, an
+``--out`` that is not ours or was made with other settings, a case past
+``--max-memory``); 130 on SIGINT and 143 on SIGTERM, with how many cases are done.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import importlib.metadata
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -37,22 +46,14 @@ from rich.table import Table
 
 from conformance.backends import BACKENDS, DEVICE_LOST_EXIT, FAILURES, FAULT_BACKENDS, STATUSES, case_key
 from conformance.cli.errors import EXIT_OK, EXIT_UNKNOWN, EXIT_VIOLATED, BadInput
+from conformance.cli.memory_options import ByteCount
 from conformance.cli.options import format_option
-from mla_model.case import read_cases, stale_cases
+from conformance.results_file import DEFAULT_KV_LEN, Refused, open_results, run_settings
+from mla_model.case import iter_cases, stale_cases
+from mla_model.limits import input_file
 
 MAX_RESTARTS = 20
 REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-def _records(path: Path, backend: str, fault: str | None, keys: set[str]) -> dict[str, dict[str, Any]]:
-    """The latest record of each case of this run (backend, fault) in the results file."""
-    from conformance.runner import ResultsLog
-
-    return {
-        r["key"]: r
-        for r in ResultsLog(path).records()
-        if r.get("key") in keys and r.get("backend") == backend and r.get("fault") == fault
-    }
 
 
 def _pytest_command(
@@ -102,21 +103,26 @@ def _pytest_command(
     return [*cmd, str(cases)]
 
 
-def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Counts by status and by route path, throughput, and reference against kernel time."""
+def summarise(records: list[dict[str, Any]], since: float | None = None) -> dict[str, Any]:
+    """Counts by status and by route path, throughput, and reference against kernel time.
+
+    The rate counts the cases this run ran (finished at or after ``since``, the run's start) over the time
+    they took, so a resume is not credited with the cases an earlier run left on disk."""
     by_path: dict[str, Counter] = {}
     for r in records:
         by_path.setdefault(r["path"], Counter())[r["status"]] += 1
-    finished = [r["finished_at"] - r["t_case_s"] for r in records] + [r["finished_at"] for r in records]
-    span = (max(finished) - min(finished)) if records else 0.0
+    ran = [r for r in records if since is None or r["finished_at"] >= since]
+    finished = [r["finished_at"] - r["t_case_s"] for r in ran] + [r["finished_at"] for r in ran]
+    span = (max(finished) - min(finished)) if ran else 0.0
     timed = [r for r in records if "t_kernel_ms" in r and "t_reference_ms" in r]
     kernel = [r["t_kernel_ms"] for r in timed]
     reference = [r["t_reference_ms"] for r in timed]
     return {
         "cases": len(records),
+        "ran_now": len(ran),
         "statuses": dict(Counter(r["status"] for r in records)),
         "by_path": {p: dict(c) for p, c in sorted(by_path.items())},
-        "cases_per_minute": (len(records) / span * 60) if span > 0 else None,
+        "cases_per_minute": (len(ran) / span * 60) if span > 0 else None,
         "median_kernel_ms": statistics.median(kernel) if kernel else None,
         "median_reference_ms": statistics.median(reference) if reference else None,
         "reference_over_kernel": (statistics.median(reference) / statistics.median(kernel))
@@ -141,7 +147,9 @@ def _print_summary(summary: dict[str, Any], backend: str, console: Console) -> N
     table.add_row("all", *[str(summary["statuses"].get(s, "")) for s in shown], style="bold")
     console.print(table)
     if summary["cases_per_minute"]:
-        console.print(f"{summary['cases']} cases, {summary['cases_per_minute']:.0f} cases/min")
+        earlier = summary["cases"] - summary["ran_now"]
+        resumed = f" ({summary['ran_now']} run now, {earlier} from an earlier run)" if earlier else ""
+        console.print(f"{summary['cases']} cases{resumed}, {summary['cases_per_minute']:.0f} cases/min")
     if summary["median_kernel_ms"] is not None:
         ratio = summary["reference_over_kernel"]
         console.print(
@@ -213,12 +221,33 @@ def _print_summary(summary: dict[str, Any], backend: str, console: Console) -> N
     help="vllm backend, DCP cases: drop the last rank's LSE (-inf) before the release's merge; "
     "every DCP case that runs must then be a MISMATCH.",
 )
+@click.option(
+    "--max-memory",
+    type=ByteCount(),
+    default=None,
+    metavar="BYTES",
+    help="Refuse, before anything runs, a case whose inputs and reference would take more than BYTES "
+    "(estimated from its shape and --kv-len; a number, or with a unit: 16GiB). Default: the memory the "
+    "machine has available (MemAvailable).",
+)
 @format_option("json")
 def conform_command(
-    backend, cases_path, out, device, fault, kv_len, full_context, workers, vllm, dcp_ranks, inject_fault, fmt
+    backend,
+    cases_path,
+    out,
+    device,
+    fault,
+    kv_len,
+    full_context,
+    workers,
+    vllm,
+    dcp_ranks,
+    inject_fault,
+    max_memory,
+    fmt,
 ) -> None:
     """Replay cases on a backend against the float32 reference: PASS, MISMATCH, NAN, CRASH, NO_KERNEL,
-    SKIP."""
+    SKIP, ERROR."""
     if backend not in BACKENDS:
         raise BadInput(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
     if fault is not None:
@@ -233,43 +262,253 @@ def conform_command(
         raise BadInput("--vllm is a switch of the vllm backend only")
     if (dcp_ranks or inject_fault) and backend != "vllm":
         raise BadInput("--dcp-ranks and --inject-fault are switches of the vllm backend only")
-    if not cases_path.is_file():
-        raise BadInput(f"--cases {cases_path}: no such file")
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
         raise BadInput(f"--device {device!r}: use auto, cpu, cuda or cuda:N")
     try:
-        cases = read_cases(cases_path)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise BadInput(f"{cases_path}: {e}" if isinstance(e, UnicodeDecodeError) else str(e)) from None
-    if not cases:
+        input_file(cases_path, "--cases")  # a device or a FIFO is refused before it is opened
+    except FileNotFoundError:
+        raise BadInput(f"--cases {cases_path}: no such file") from None
+    except (ValueError, OSError) as e:
+        raise BadInput(
+            str(e) if isinstance(e, ValueError) else f"--cases {cases_path}: {e.strerror}"
+        ) from None
+    console = Console(stderr=True, highlight=False)
+    handlers = {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGINT, signal.SIGTERM)}
+    order: list[str] = []
+    lock = None
+    try:
+        order = _checked_keys(cases_path, kv_len or DEFAULT_KV_LEN, max_memory, console)
+        if out is None:
+            out = Path(tempfile.mkdtemp(prefix="mla-conform-")) / "results.jsonl"
+        elif out.name in ("", ".", "..") or (out.is_dir() and not out.is_symlink()):
+            raise BadInput(f"--out {out}: a folder; name the results file")
+        try:  # before the progress bar, so a refusal stays one line
+            out.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise BadInput(f"--out {out}: cannot create its folder: {e.strerror or e}") from None
+        settings = run_settings(backend, device, fault, kv_len, full_context, vllm, dcp_ranks, inject_fault)
+        try:
+            lock = open_results(out, settings, cases_path)  # held until conform exits
+        except Refused as e:
+            raise BadInput(str(e)) from None
+        _replay(
+            backend,
+            cases_path,
+            out,
+            device,
+            fault,
+            kv_len,
+            full_context,
+            workers,
+            vllm,
+            dcp_ranks,
+            inject_fault,
+            fmt,
+            order,
+            console,
+        )
+    except Interrupted as e:
+        for sig in handlers:
+            signal.signal(sig, signal.SIG_IGN)  # a second Ctrl-C while the child stops changes nothing
+        _stop_children()
+        if lock is None:
+            click.echo("mla-spec: interrupted before any case ran; nothing was written", err=True)
+        else:
+            done = _Results(out, backend, fault, set(order)).update()
+            click.echo(
+                f"mla-spec: interrupted: {done} of {len(order)} done; rerun the same command to resume",
+                err=True,
+            )
+        sys.exit(128 + e.signum)
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        if lock is not None:
+            os.close(lock)
+
+
+def _checked_keys(cases_path: Path, kv_len: int, max_memory: int | None, console: Console) -> list[str]:
+    """The keys of the cases file, in order, read one case at a time (nothing but the keys is kept), after
+    refusing it whole for a bad line, a key twice, a case whose pinned route is stale, or a case whose
+    estimated memory is past ``max_memory`` (default: what the machine has available)."""
+    from conformance.runner import memory_estimate  # imports torch, which the replay needs anyway
+
+    limit, limit_name = (max_memory, "--max-memory") if max_memory else (_available_memory(), "available")
+    keys: list[str] = []
+    seen: set[str] = set()
+    twice: dict[str, None] = {}
+    stale: list[str] = []
+    counter = TextColumn("checking cases: {task.completed:,}")
+    with Progress(counter, console=console, transient=True, disable=not console.is_terminal) as bar:
+        task = bar.add_task("check", total=None)
+        try:
+            for case in iter_cases(cases_path):
+                key = case_key(case)
+                if key in seen:
+                    twice[key] = None
+                seen.add(key)
+                keys.append(key)
+                if stale_cases([case]):
+                    stale.append(case.id)
+                need = memory_estimate(case, kv_len)
+                if limit is not None and need > limit:
+                    raise BadInput(
+                        f"case {key} needs about {_bytes(need)} ({case.shape.num_reqs} request(s) of up "
+                        f"to {kv_len:,} context tokens), past {limit_name} memory {_bytes(limit)}; lower "
+                        "--kv-len or raise --max-memory"
+                    )
+                if len(keys) % 1000 == 0:
+                    bar.update(task, completed=len(keys))
+        except (ValueError, UnicodeDecodeError) as e:
+            raise BadInput(str(e)) from None
+        except KeyError as e:  # a case of a revision or registry that mla-spec does not know
+            raise BadInput(f"{cases_path}: {e.args[0]}") from None
+    if not keys:
         raise BadInput(f"--cases {cases_path}: no cases in the file")
-    seen: dict[str, int] = {}
-    for c in cases:
-        seen[case_key(c)] = seen.get(case_key(c), 0) + 1
-    twice = [k for k, n in seen.items() if n > 1]
     if twice:
         raise BadInput(
-            f"--cases {cases_path}: {len(twice)} case(s) appear more than once (first: {twice[0]}); "
+            f"--cases {cases_path}: {len(twice)} case(s) appear more than once (first: {next(iter(twice))}); "
             "a results file keeps one record per case"
         )
-    try:
-        stale = stale_cases(cases)
-    except KeyError as e:  # a case of a revision or registry that mla-spec does not know
-        raise BadInput(f"{cases_path}: {e.args[0]}") from None
     if stale:
         raise BadInput(
             f"{cases_path}: {len(stale)} case(s) no longer have their pinned route (first: {stale[0]}); "
             "regenerate them with mla-spec cases"
         )
-    if out is None:
-        out = Path(tempfile.mkdtemp(prefix="mla-conform-")) / "results.jsonl"
-    elif out.name in ("", ".", "..") or out.is_dir():
-        raise BadInput(f"--out {out}: a folder; name the results file")
-    try:  # before the progress bar, so a refusal stays one line
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise BadInput(f"--out {out}: cannot create its folder: {e.strerror or e}") from None
-    keys = {case_key(c) for c in cases}
+    return keys
+
+
+def _available_memory() -> int | None:
+    """MemAvailable of /proc/meminfo in bytes (None where the machine does not say)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _bytes(n: int) -> str:
+    return f"{n / (1 << 30):,.1f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):,.1f} MiB"
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM reached conform: stop the child, keep the results file, say how to resume."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_interrupted(signum: int, frame: Any) -> None:
+    raise Interrupted(signum)
+
+
+def _stop_children() -> None:
+    """End conform's children (the pytest child, with its process group where it has its own): SIGINT, then
+    SIGTERM, then SIGKILL, each given a few seconds; so no worker writes the results file after conform."""
+    pids = _children()
+    for sig, wait in ((signal.SIGINT, 5.0), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        for pid in pids:
+            try:
+                group = os.getpgid(pid)
+                if group != os.getpgrp():
+                    os.killpg(group, sig)
+                else:
+                    os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + wait
+        while pids and time.monotonic() < deadline:
+            pids = [pid for pid in pids if not _reaped(pid)]
+            time.sleep(0.05)
+        if not pids:
+            return
+
+
+def _children() -> list[int]:
+    """The pids whose parent is this process (from /proc)."""
+    me, out = os.getpid(), []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == me:
+                out.append(int(entry))
+    return out
+
+
+def _reaped(pid: int) -> bool:
+    try:
+        return os.waitpid(pid, os.WNOHANG)[0] == pid
+    except ChildProcessError:
+        return True
+
+
+class _Results:
+    """The results file followed as it grows: the latest record of each case of this run."""
+
+    def __init__(self, out: Path, backend: str, fault: str | None, keys: set[str]) -> None:
+        from conformance.runner import ResultsLog
+
+        self.log, self.backend, self.fault, self.keys = ResultsLog(out), backend, fault, keys
+        self.latest: dict[str, dict[str, Any]] = {}
+
+    def update(self) -> int:
+        """Read what was appended; the number of cases done (an ERROR is not: a resume runs it again)."""
+        for r in self.log.new_records():
+            if (
+                r.get("key") in self.keys
+                and r.get("backend") == self.backend
+                and r.get("fault") == self.fault
+            ):
+                self.latest[r["key"]] = {k: r[k] for k in _SUMMARY_FIELDS if k in r}
+        return self.done()
+
+    def done(self) -> int:
+        return sum(r["status"] != "ERROR" for r in self.latest.values())
+
+
+# What the summary reads of a record (the rest stays in the file, so a million records fit in memory).
+_SUMMARY_FIELDS = (
+    "key",
+    "status",
+    "path",
+    "detail",
+    "t_case_s",
+    "finished_at",
+    "t_kernel_ms",
+    "t_reference_ms",
+)
+
+
+def _replay(
+    backend: str,
+    cases_path: Path,
+    out: Path,
+    device: str,
+    fault: str | None,
+    kv_len: int | None,
+    full_context: bool,
+    workers: int,
+    vllm: str | None,
+    dcp_ranks: str | None,
+    inject_fault: str | None,
+    fmt: str,
+    order: list[str],
+    console: Console,
+) -> None:
+    """Run the pytest child (again after a lost device) while following the results; summarise; exit."""
+    keys = set(order)
+    try:
+        results = _Results(out, backend, fault, keys)
+        results.update()
+    except ValueError as e:
+        raise BadInput(f"--out {out}: {e}") from None
+    started = time.time()
     cmd = _pytest_command(
         backend, cases_path.resolve(), out.resolve(), device, fault, kv_len, full_context, workers, vllm
     )
@@ -282,7 +521,6 @@ def conform_command(
         env.pop(DCP_ENV[name], None)
         if value:
             env[DCP_ENV[name]] = value
-    console = Console(stderr=True, highlight=False)
     log = out.with_suffix(".pytest.log")
     with Progress(
         TextColumn("[bold]{task.description}"),
@@ -292,23 +530,25 @@ def conform_command(
         console=console,
         transient=fmt == "json",
     ) as progress:
-        task = progress.add_task(backend, total=len(keys), completed=len(_records(out, backend, fault, keys)))
+        task = progress.add_task(backend, total=len(keys), completed=results.done())
         for _ in range(MAX_RESTARTS):
-            before = len(_records(out, backend, fault, keys))
+            before = results.update()
             with open(log, "a") as sink:
                 child = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=env)
                 while child.poll() is None:
                     time.sleep(0.5)
-                    progress.update(task, completed=len(_records(out, backend, fault, keys)))
-            done = len(_records(out, backend, fault, keys))
+                    progress.update(task, completed=results.update())
+            done = results.update()
             progress.update(task, completed=done)
             if child.returncode != DEVICE_LOST_EXIT or done == before or done == len(keys):
                 break
-    records = list(_records(out, backend, fault, keys).values())
+    if child.returncode < 0:  # the child was killed: our harness failed, not the cases it had not finished
+        _record_errors(cases_path, out, backend, device, fault, results, -child.returncode)
+    records = [results.latest[k] for k in order if k in results.latest]
     if child.returncode not in (0, 1, DEVICE_LOST_EXIT) and not records:
         tail = log.read_text().strip().splitlines()[-1:] or ["no output"]
         raise click.ClickException(f"pytest exited {child.returncode}: {tail[0]} (log: {log})")
-    summary = summarise(records)
+    summary = summarise(records, since=started)
     summary.update(backend=backend, fault=fault, results=str(out))
     if fmt == "json":
         click.echo(json.dumps(summary, indent=2))
@@ -322,6 +562,33 @@ def conform_command(
         sys.exit(EXIT_VIOLATED)
     # Every case skipped (a backend that cannot run here): nothing was compared, which is not a pass.
     sys.exit(EXIT_UNKNOWN if records and all(r["status"] == "SKIP" for r in records) else EXIT_OK)
+
+
+def _record_errors(
+    cases_path: Path, out: Path, backend: str, device: str, fault: str | None, results: _Results, signum: int
+) -> None:
+    """An ERROR record for each case the killed child had not finished (a resume runs them again)."""
+    from conformance.runner import case_record
+
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = f"signal {signum}"
+    results.update()
+    for case in iter_cases(cases_path):
+        key = case_key(case)
+        if key in results.latest and results.latest[key]["status"] != "ERROR":
+            continue
+        record = case_record(case, backend, device, fault)
+        record.update(
+            status="ERROR",
+            detail=f"the pytest child was killed by {name} before this case finished (our harness, "
+            "not the backend); a rerun runs it again",
+            t_case_s=0.0,
+            finished_at=time.time(),
+        )
+        results.log.append(record)
+    results.update()
 
 
 if __name__ == "__main__":

@@ -65,7 +65,7 @@ def explain_command(
     """Explain one shape: each gate and its conditions, the route, AITER's kernel lookup, each invariant
     (with the conjunct that breaks), and why the persistent schedule is off; with --memory, the bytes the
     persistent decode metadata and AITER's reduce scratch take (the revision's release executed)."""
-    from mla_model.case import parse_case_id, read_cases
+    from mla_model.case import iter_cases, parse_case_id
     from spec.analyses.explain import explain
 
     given = {k: v for k, v in fields.items() if v is not None}
@@ -76,7 +76,7 @@ def explain_command(
         if cases_file is not None:
             if not case_ref:
                 raise ValueError("--cases needs --case ID")
-            match = next((c for c in read_cases(cases_file) if c.id == case_ref), None)
+            match = next((c for c in iter_cases(cases_file) if c.id == case_ref), None)  # within its bounds
             if match is None:
                 raise ValueError(f"no case {case_ref!r} in {cases_file}")
             revision, registry = revision or match.revision, registry or match.registry
