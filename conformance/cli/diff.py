@@ -80,6 +80,10 @@ def diff_command(old, new, registry, fail_on_new_routes, fmt) -> None:
     OLD and NEW are model revisions (mla-spec list), vLLM releases (vllm==0.28.0) or
     rocm_aiter_mla.py files / vLLM trees.  A route is the path, the ASM kernel and the
     persistent-metadata sizing; only shapes of the bounded box valid under both revisions count.
+
+    Exit status: 0 (1 with --fail-on-new-routes when NEW sends a shape to a path or kernel OLD did not
+    use for it), 2 bad input, 3 when z3 could not confirm the regions or the real code could not be
+    lifted, 4 when mla-spec itself fails (an internal error: one line, never read as new routes).
     """
     from spec.analyses.diff import diff
     from spec.realcode.symexec import LiftingUnsupported
