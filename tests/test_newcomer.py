@@ -182,3 +182,51 @@ def test_every_help_ends_with_examples_that_parse(name):
             cmd.make_context(name, args)
         except click.ClickException as e:
             raise AssertionError(f"{example}: {e.format_message()}") from None
+
+
+# --- the docs a newcomer reads first ---------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_readme_exit_statuses_follow_checks_manifest_and_name_the_warning_cells():
+    readme = (REPO / "README.md").read_text()
+    status = readme[readme.index("Exit status:") :].split("\n\n")[0]
+    assert "0 all proved" not in status and "1 something violated" not in status
+    assert "manifest" in status and "WARNING" in status and "4 (`diff`) an" in " ".join(status.split())
+    quickstart = (REPO / "docs" / "tutorial" / "quickstart.md").read_text()
+    assert "`WARNING (n)`" in quickstart
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+def test_shell_completion_is_documented_and_its_script_comes_out(shell):
+    readme = (REPO / "README.md").read_text()
+    assert f"_MLA_SPEC_COMPLETE={shell}_source mla-spec" in readme
+    result = CliRunner().invoke(main, [], prog_name="mla-spec", env={"_MLA_SPEC_COMPLETE": f"{shell}_source"})
+    assert result.exit_code == 0 and "_MLA_SPEC_COMPLETE" in result.stdout, result.output
+
+
+def test_bash_completion_completes_commands_and_revision_choices():
+    def complete(words: str) -> list[str]:
+        env = {
+            "_MLA_SPEC_COMPLETE": "bash_complete",
+            "COMP_WORDS": words,
+            "COMP_CWORD": str(len(words.split()) - 1),
+        }
+        result = CliRunner().invoke(main, [], prog_name="mla-spec", env=env)
+        return [line.split(",", 1)[1] for line in result.stdout.splitlines()]
+
+    assert complete("mla-spec gr") == ["graph"]
+    assert complete("mla-spec graph --revision vllm-0.3") == [
+        r for r in REVISIONS if r.startswith("vllm-0.3")
+    ]
+
+
+def test_change_a_gate_starts_from_the_newest_release():
+    from conformance.docgen import EXAMPLE_RELEASE
+    from mla_model.revisions import RELEASE_OF_REVISION
+
+    assert EXAMPLE_RELEASE == RELEASE_OF_REVISION[NEWEST]
+    page = (REPO / "docs" / "how-to" / "change-a-gate.md").read_text()
+    assert f"/vllm/{EXAMPLE_RELEASE}/tree/vllm/v1/attention/backends/mla/rocm_aiter_mla.py old.py" in page
+    assert "--revision vllm-0.28" not in page.split("## 4.")[0]
