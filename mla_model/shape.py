@@ -119,7 +119,13 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec(
         "arch", "enum", ARCHS, box=ARCHS, doc="GPU architecture: gfx942 (MI300/MI325) or gfx950 (MI350/MI355)"
     ),
-    FieldSpec("kv_cache_dtype", "enum", KV_CACHE_DTYPES, box=KV_CACHE_DTYPES, doc="--kv-cache-dtype"),
+    FieldSpec(
+        "kv_cache_dtype",
+        "enum",
+        KV_CACHE_DTYPES,
+        box=KV_CACHE_DTYPES,
+        doc="vLLM's --kv-cache-dtype (auto: the model dtype, bf16 here; fp8*: a quantised cache)",
+    ),
     FieldSpec("q_dtype", "enum", Q_DTYPES, box=Q_DTYPES, doc="decode query dtype reaching the kernel"),
     FieldSpec("num_heads", "int", minimum=1, box=tuple(range(1, 257)), doc="MLA query heads per TP rank"),
     FieldSpec(

@@ -135,7 +135,7 @@ def test_explain_shows_route_kernel_and_why_not_persistent():
         "--format",
         "json",
     )
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 1, out.stderr  # the shape breaks metadata-covers-qlen
     data = json.loads(out.stdout)
     assert data["valid"] and data["route"]["path"] == "asm_nonpersistent"
     assert (
@@ -151,6 +151,8 @@ def test_explain_shows_route_kernel_and_why_not_persistent():
 def test_explain_names_the_gate_clause_that_keeps_a_padded_bf16_rank_off_the_schedule():
     out = run(
         "explain",
+        "--revision",
+        "vllm-0.28",
         "--arch",
         "gfx942",
         "--num-heads",
@@ -178,7 +180,7 @@ def test_explain_a_case_id_names_the_broken_conjunct_with_its_values():
     result = run(
         "explain", "--case", "gfx950-fp8-h4-q1-nospec-auto", "--revision", "vllm-0.27", "--format", "json"
     )
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stderr  # it breaks fp8-never-reaches-gluon
     out = json.loads(result.stdout)
     assert out["shape"]["kv_cache_dtype"] == "fp8" and out["route"]["path"] == "gluon_decode"
     broken = out["invariants"]["fp8-never-reaches-gluon"]["violated"]
@@ -189,7 +191,9 @@ def test_explain_a_case_id_names_the_broken_conjunct_with_its_values():
 
 
 def test_explain_after_51011_shows_the_dtype_guard_closing_the_gluon_gate():
-    result = run("explain", "--case", "gfx950-fp8-h4-q1-nospec-auto", "--format", "json")
+    result = run(
+        "explain", "--case", "gfx950-fp8-h4-q1-nospec-auto", "--revision", "vllm-0.28", "--format", "json"
+    )
     out = json.loads(result.stdout)
     gate = out["decisions"]["use_gluon_decode"]
     assert (

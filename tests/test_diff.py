@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -370,3 +371,117 @@ def test_a_release_that_does_not_exist_is_one_line_exit_2():
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "0.0.999" in lines[0], result.stderr
+
+
+# --- releases and edited files of the DCP era: no crash, and the model's regions -------------------------
+
+# Each adjacent pair of releases, with the model revisions bind proves equal to them.
+RELEASE_PAIRS = [
+    ("0.27.1", "0.28.0", "vllm-0.27", "vllm-0.28"),
+    ("0.28.0", "0.29.0", "vllm-0.28", "vllm-0.29"),
+    ("0.29.0", "0.30.0", "vllm-0.29", "vllm-0.30"),
+    ("0.30.0", "0.31.0", "vllm-0.30", "vllm-0.31"),
+    ("0.31.0", "0.32.0", "vllm-0.31", "vllm-0.32"),
+    ("0.32.0", "0.33.0", "vllm-0.32", "vllm-0.33"),
+    ("0.33.0", "0.34.0", "vllm-0.33", "vllm-0.34"),
+]
+_NEWEST_PAIR = RELEASE_PAIRS[-1]  # in the default run; the others are slow (each lifts two releases)
+
+
+def _regions(data: dict) -> list[dict]:
+    return [{k: r[k] for k in ("constraint", "old_route", "new_route", "shapes")} for r in data["regions"]]
+
+
+def _diff_json(*args: str) -> tuple[int, dict]:
+    result = CliRunner().invoke(
+        OneLineErrors(commands={"diff": diff_command}), ["diff", *args, "--format", "json"]
+    )
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert result.exit_code in (0, 1), result.output  # 1: some region sends shapes elsewhere (no flag: never)
+    return result.exit_code, json.loads(result.stdout)
+
+
+@pytest.mark.network
+@pytest.mark.parametrize(
+    "old, new, old_model, new_model",
+    [pytest.param(*p, marks=() if p == _NEWEST_PAIR else pytest.mark.slow) for p in RELEASE_PAIRS],
+    ids=[f"{p[0]}->{p[1]}" for p in RELEASE_PAIRS],
+)
+def test_each_adjacent_release_pair_diffs_as_its_model_revisions_do(old, new, old_model, new_model):
+    """The real gates of both releases, lifted (0.34.0's V-scale probe included, which crashed diff with
+    'unhashable type: numpy.ndarray'), give the regions of the model revisions bind proves equal to them."""
+    code, real = _diff_json(f"vllm=={old}", f"vllm=={new}")
+    _, model = _diff_json(old_model, new_model)
+    assert code == 0 and real["confirmed_by_z3"]
+    assert _regions(real) == _regions(model)
+    assert real["shapes_compared"] == model["shapes_compared"]
+
+
+def _copy_in_tree(tmp_path: Path, release: str, edit: tuple[str, str] | None = None) -> Path:
+    """The release's rocm_aiter_mla.py, copied (and edited by text replacement) into a tree of links to the
+    rest of the cached release, so that its builder still runs in its own tree."""
+    from spec.realcode.source import RELATIVE_PATH, fetch_release
+
+    original = fetch_release(release)
+    source_root = original.parents[len(RELATIVE_PATH.parts) - 1]
+    root = tmp_path / "tree"
+    here, there = root, source_root
+    for part in RELATIVE_PATH.parts:
+        here.mkdir(exist_ok=True)
+        for entry in there.iterdir():
+            if entry.name != part:
+                (here / entry.name).symlink_to(entry)
+        here, there = here / part, there / part
+    text = original.read_text()
+    if edit is not None:
+        assert text.count(edit[0]) == 1, f"{edit[0]!r} is not once in {release}'s file"
+        text = text.replace(*edit)
+    here.write_text(text)
+    return here
+
+
+@pytest.mark.network
+def test_a_0_34_0_file_against_itself_has_no_region_and_passes_fail_on_new_routes():
+    from spec.realcode.source import fetch_release
+
+    f = str(fetch_release("0.34.0"))
+    result = CliRunner().invoke(diff_command, [f, f, "--fail-on-new-routes", "--format", "json"])
+    data = json.loads(result.stdout)
+    assert result.exit_code == 0 and data["regions"] == [] and data["confirmed_by_z3"], result.output
+    assert data["shapes_compared"] > 0
+
+
+@pytest.mark.network
+def test_an_edited_0_34_0_file_shows_the_shapes_its_moved_threshold_sends_elsewhere(tmp_path):
+    """vLLM 0.34.0's file with the padded persistent gate's qlen bound moved from 4 to 5: the qlen-5
+    shapes of padded ranks change route, each region re-run and z3-confirmed; the unedited copy in the same
+    kind of tree has no region."""
+    edit = ("_ASM_PADDED_MAX_PS_QLEN: Final = 4", "_ASM_PADDED_MAX_PS_QLEN: Final = 5")
+    edited = _copy_in_tree(tmp_path, "0.34.0", edit)
+    code, data = _diff_json("vllm==0.34.0", str(edited))
+    assert code == 0 and data["confirmed_by_z3"] and data["regions"], data
+    assert all(re.search(r"\bqlen=5(,|$)", r["constraint"]) for r in data["regions"]), data["regions"]
+    assert {r["new_route"]["path"] for r in data["regions"]} == {"asm_persistent"}
+    strict = CliRunner().invoke(
+        OneLineErrors(commands={"diff": diff_command}),
+        ["diff", "vllm==0.34.0", str(edited), "--fail-on-new-routes"],
+    )
+    assert strict.exit_code == 1 and "sends shapes to a path or kernel" in strict.stdout, strict.output
+
+
+def test_a_crash_of_mla_spec_is_one_internal_error_line_exit_4_never_new_routes(monkeypatch):
+    """Under --fail-on-new-routes exit 1 means "new routes": a bug of ours must not read as one."""
+    import spec.analyses.diff as diff_module
+
+    def broken(*args, **kwargs):
+        raise TypeError("unhashable type: 'numpy.ndarray'")
+
+    monkeypatch.setattr(diff_module, "diff", broken)
+    result = CliRunner().invoke(
+        OneLineErrors(commands={"diff": diff_command}),
+        ["diff", "vllm-0.33", "vllm-0.34", "--fail-on-new-routes"],
+    )
+    assert result.exit_code == 4 and result.stdout == "", result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert lines[0].startswith("mla-spec: error: internal error") and "TypeError" in lines[0]

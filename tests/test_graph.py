@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from conformance.cli.errors import OneLineErrors
 from conformance.cli.graph import graph_command
 from conformance.cli.render.graph import render
 from mla_model.decision import decide
@@ -174,14 +175,14 @@ def test_svg_and_dot_render_the_same_graph(tmp_path):
 @pytest.mark.parametrize(
     "args, needle",
     [
-        (["--revision", "vllm-9.99"], "unknown revision 'vllm-9.99'"),
-        (["--registry", "aiter-9"], "unknown registry 'aiter-9'"),
+        (["--revision", "vllm-9.99"], "'vllm-9.99' is not one of 'vllm-0.27'"),
+        (["--registry", "aiter-9"], "'aiter-9' is not one of 'aiter-0.1.19'"),
         (["--out", "g.jpg"], "unsupported extension '.jpg'"),
         (["--out", "/nonexistent/folder/g.png"], "cannot write /nonexistent/folder/g.png"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, needle):
-    result = CliRunner().invoke(graph_command, args)
+    result = CliRunner().invoke(OneLineErrors(commands={"graph": graph_command}), ["graph", *args])
     assert result.exit_code == 2
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], result.output

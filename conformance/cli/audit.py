@@ -24,8 +24,14 @@ from conformance.cli.render.text import executed_cell, short_verdict
 from spec.proof.check_all import check_all
 from spec.proof.invariants import INVARIANT_BY_ID
 
+EXAMPLES = """\b
+Examples:
+  mla-spec audit 0.33.0 0.34.0 --executed 0
+  mla-spec audit 0.27.1 0.28.0 --invariant fp8-never-reaches-gluon --format json
+"""
 
-@click.command("audit")
+
+@click.command("audit", epilog=EXAMPLES)
 @click.option(
     "--vllm",
     is_flag=True,

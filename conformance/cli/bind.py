@@ -16,8 +16,15 @@ from conformance.cli.options import format_option, revision_option, timeout_opti
 from conformance.cli.render.text import executed_lines, shape_summary
 from mla_model.shape import Shape
 
+EXAMPLES = """\b
+Examples:
+  mla-spec bind --vllm 0.34.0
+  mla-spec bind --vllm 0.33.0 --shapes 50
+  mla-spec bind --vllm ./rocm_aiter_mla.py --revision vllm-0.34 --shapes 0
+"""
 
-@click.command("bind")
+
+@click.command("bind", epilog=EXAMPLES)
 @click.option(
     "--vllm", "spec", required=True, metavar="RELEASE|PATH", help="vLLM release, tree or rocm_aiter_mla.py."
 )

@@ -26,7 +26,15 @@ def _generate(job: tuple[str, str, int]) -> list[Case]:
     return generate(*job)
 
 
-@click.command("cases")
+EXAMPLES = """\b
+Examples:
+  mla-spec cases --revision vllm-0.34 --out gen
+  mla-spec cases --style vllm --revision vllm-0.34 --out test_rocm_aiter_mla_mlaspec_routing.py
+  mla-spec cases --style jsonl --revision vllm-0.34 --routes 200 --out replay.jsonl
+"""
+
+
+@click.command("cases", epilog=EXAMPLES)
 @click.option(
     "--revision",
     "revisions",

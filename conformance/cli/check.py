@@ -29,8 +29,16 @@ from spec.proof.expectations import BUNDLED, Manifest, ManifestError, Outcome, c
 from spec.proof.invariants import INVARIANT_BY_ID
 from spec.proof.prover import CheckResult
 
+EXAMPLES = """\b
+Examples:
+  mla-spec check
+  mla-spec check --revision vllm-0.34 --invariant kernel-exists --no-expect --show 5
+  mla-spec check --vllm 0.34.0 --format sarif > check.sarif
+  mla-spec check vllm/v1/attention/backends/mla/rocm_aiter_mla.py
+"""
 
-@click.command("check")
+
+@click.command("check", epilog=EXAMPLES)
 @revision_option(multiple=True)
 @registry_option(multiple=True)
 @invariant_option

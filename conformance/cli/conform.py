@@ -163,7 +163,15 @@ def _print_summary(summary: dict[str, Any], backend: str, console: Console) -> N
         console.print(f"... and {len(summary['not_passed']) - 20} more in the results file")
 
 
-@click.command("conform")
+EXAMPLES = """\b
+Examples:
+  mla-spec conform --backend model --cases gen/cases.jsonl
+  mla-spec conform --backend vllm --vllm 0.34.0 --cases gen/cases.jsonl --out results.jsonl
+  mla-spec conform --backend aiter-triton --cases gen/cases.jsonl --device cuda
+"""
+
+
+@click.command("conform", epilog=EXAMPLES)
 @click.option("--backend", required=True, metavar="NAME", help=f"One of: {', '.join(BACKENDS)}.")
 @click.option(
     "--cases", "cases_path", required=True, type=click.Path(path_type=Path), help="Cases JSONL file."

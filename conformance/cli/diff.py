@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import sys
+import traceback
 from itertools import groupby
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -23,13 +25,40 @@ if TYPE_CHECKING:
     from spec.analyses.diff import Diff
 
 
+# mla-spec's own code failed: neither a finding (1) nor bad input (2) nor a verdict left open (3).
+EXIT_INTERNAL = 4
+
+
 class Unsupported(click.ClickException):
     """The real code could not be lifted into z3: no diff, and not a pass."""
 
     exit_code = EXIT_UNKNOWN
 
 
-@click.command("diff")
+class InternalError(click.ClickException):
+    """A bug in mla-spec: one line naming the exception and where it was raised, exit 4, so that a crash
+    never reads as "new routes" (exit 1) under --fail-on-new-routes."""
+
+    exit_code = EXIT_INTERNAL
+
+    def __init__(self, e: BaseException) -> None:
+        frames = traceback.extract_tb(e.__traceback__)
+        where = f" ({Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+        super().__init__(
+            f"internal error, a bug in mla-spec, no diff computed: {type(e).__name__}: {e}{where}; "
+            "please report it with this command line"
+        )
+
+
+EXAMPLES = """\b
+Examples:
+  mla-spec diff vllm-0.33 vllm-0.34
+  mla-spec diff vllm==0.33.0 vllm==0.34.0 --format json
+  mla-spec diff old.py new.py --fail-on-new-routes --format sarif > diff.sarif
+"""
+
+
+@click.command("diff", epilog=EXAMPLES)
 @click.argument("old")
 @click.argument("new")
 @click.option(
@@ -51,6 +80,10 @@ def diff_command(old, new, registry, fail_on_new_routes, fmt) -> None:
     OLD and NEW are model revisions (mla-spec list), vLLM releases (vllm==0.28.0) or
     rocm_aiter_mla.py files / vLLM trees.  A route is the path, the ASM kernel and the
     persistent-metadata sizing; only shapes of the bounded box valid under both revisions count.
+
+    Exit status: 0 (1 with --fail-on-new-routes when NEW sends a shape to a path or kernel OLD did not
+    use for it), 2 bad input, 3 when z3 could not confirm the regions or the real code could not be
+    lifted, 4 when mla-spec itself fails (an internal error: one line, never read as new routes).
     """
     from spec.analyses.diff import diff
     from spec.realcode.symexec import LiftingUnsupported
@@ -60,6 +93,8 @@ def diff_command(old, new, registry, fail_on_new_routes, fmt) -> None:
         result = diff(before, after, load_registry(registry))
     except LiftingUnsupported as e:
         raise Unsupported(f"cannot lift the real gates into z3 ({e}); no diff computed") from None
+    except Exception as e:  # our own code failing (DiffDisagreement included) is never a finding
+        raise InternalError(e) from None
     if fmt == "json":
         click.echo(json.dumps(result.to_json(), indent=2))
     elif fmt == "sarif":

@@ -10,20 +10,35 @@ from typing import TYPE_CHECKING
 import click
 from rich.console import Console
 
-from conformance.cli.errors import EXIT_OK, BadInput
+from conformance.cli.errors import EXIT_OK, EXIT_VIOLATED, BadInput
 from conformance.cli.memory_options import max_num_seqs_option
-from conformance.cli.options import format_option, registry_option, revision_option, shape_options
+from conformance.cli.options import (
+    NEWEST_REVISION,
+    format_option,
+    registry_option,
+    revision_option,
+    shape_options,
+)
 from conformance.cli.render.text import explanation, memory_explanation
 from mla_model.registry import REGISTRY_IDS, load_registry
 from mla_model.revisions import REVISIONS
-from mla_model.shape import Shape
+from mla_model.shape import FIELDS, Shape
 
 if TYPE_CHECKING:
     from spec.analyses.memory import Memory
 
 
-@click.command("explain")
-@revision_option(default_help="default: the case's, else vllm-0.28")
+EXAMPLES = """\b
+Examples:
+  mla-spec explain --arch gfx942 --kv-cache-dtype fp8 --num-heads 8 --max-qo-len 3 --spec-method mtp
+  mla-spec explain --case gfx950-fp8-h4-q1-nospec-auto --revision vllm-0.27
+  mla-spec explain --model Kimi-K3 --tp 8 --kv-cache-dtype fp8 --all
+  mla-spec explain --case gfx942-auto-h1-q5-dflash2-auto --format json
+"""
+
+
+@click.command("explain", epilog=EXAMPLES)
+@revision_option(default_help=f"default: the case's, else {NEWEST_REVISION}, the newest")
 @registry_option(default_help="default: the case's, else aiter-0.1.20")
 @click.option(
     "--case",
@@ -57,14 +72,35 @@ if TYPE_CHECKING:
     "revision's release (its builder and AITER's sizing executed; docs/reference/memory.md).",
 )
 @max_num_seqs_option("; implies --memory")
+@click.option(
+    "--all",
+    "every_invariant",
+    is_flag=True,
+    help="List every invariant that holds too (default: the broken ones, then one line for the rest).",
+)
 @format_option("json")
 @shape_options
 def explain_command(
-    revision, registry, case_ref, cases_file, model_name, tp, show_memory, max_num_seqs, fmt, **fields
+    revision,
+    registry,
+    case_ref,
+    cases_file,
+    model_name,
+    tp,
+    show_memory,
+    max_num_seqs,
+    every_invariant,
+    fmt,
+    **fields,
 ) -> None:
-    """Explain one shape: each gate and its conditions, the route, AITER's kernel lookup, each invariant
-    (with the conjunct that breaks), and why the persistent schedule is off; with --memory, the bytes the
-    persistent decode metadata and AITER's reduce scratch take (the revision's release executed)."""
+    """Explain one shape: each gate as the and/or tree of its conditions, the route, AITER's kernel lookup,
+    the invariants it breaks (with the conjunct that breaks), and why the persistent schedule is off; with
+    --memory, the bytes the persistent decode metadata and AITER's reduce scratch take (the revision's
+    release executed).  Fields no flag or case id gives take the defaults each flag's help names, and the
+    text says which.
+
+    Exit status as check --no-expect's: 1 when the shape is valid and breaks an invariant (a
+    warning-level one does not count), else 0."""
     from mla_model.case import iter_cases, parse_case_id
     from spec.analyses.explain import explain
 
@@ -83,7 +119,7 @@ def explain_command(
         shape = Shape(**{**base, **given})
     except (ValueError, OSError) as e:
         raise BadInput(str(e)) from None
-    revision, registry = revision or "vllm-0.28", registry or "aiter-0.1.20"
+    revision, registry = revision or NEWEST_REVISION, registry or "aiter-0.1.20"
     if revision not in REVISIONS:
         raise BadInput(f"the case's revision {revision!r} is not one mla-spec knows")
     if registry not in REGISTRY_IDS:
@@ -91,16 +127,25 @@ def explain_command(
     out = explain(REVISIONS[revision], load_registry(registry), shape)
     measured = show_memory or max_num_seqs is not None
     memory, why_not = _memory(revision, shape, max_num_seqs) if measured else (None, None)
+    defaulted = {f.name: getattr(shape, f.name) for f in FIELDS if f.name not in given and f.name not in base}
     if fmt == "json":
+        out = {**out, "defaulted": defaulted}
         if measured:
             out = {**out, "memory": memory.to_json() if memory else {"error": why_not}}
         click.echo(json.dumps(out, indent=2))
-        sys.exit(EXIT_OK)
-    console = Console(highlight=False)
-    explanation(out, shape, revision, registry, console)
-    if measured:
-        memory_explanation(memory, why_not, max_num_seqs is None, console)
-    sys.exit(EXIT_OK)
+    else:
+        console = Console(highlight=False)
+        explanation(out, shape, revision, registry, console, defaulted, every_invariant)
+        if measured:
+            memory_explanation(memory, why_not, max_num_seqs is None, console)
+    sys.exit(EXIT_VIOLATED if out["valid"] and _breaks(out) else EXIT_OK)
+
+
+def _breaks(out: dict) -> bool:
+    """Some invariant of error level is broken (a warning-level one is a cost, as in check)."""
+    from spec.proof.invariants import INVARIANT_BY_ID
+
+    return any(not v["holds"] and INVARIANT_BY_ID[i].level != "warning" for i, v in out["invariants"].items())
 
 
 def _memory(revision: str, shape: Shape, max_num_seqs: int | None) -> tuple[Memory | None, str | None]:

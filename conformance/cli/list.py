@@ -13,8 +13,14 @@ from mla_model.registry import REGISTRY_IDS, load_registry
 from mla_model.revisions import REVISIONS
 from spec.proof.invariants import INVARIANTS
 
+EXAMPLES = """\b
+Examples:
+  mla-spec list
+  mla-spec list --format json
+"""
 
-@click.command("list")
+
+@click.command("list", epilog=EXAMPLES)
 @format_option("json")
 def list_command(fmt) -> None:
     """List the gate revisions, AITER registries and invariants mla-spec knows."""

@@ -88,7 +88,14 @@ def _print_text(report: MutationReport, console: Console, what: str) -> None:
             console.print(f"[yellow]note[/] {r.mutant.id}: {note}", soft_wrap=True)
 
 
-@click.command("mutate")
+EXAMPLES = """\b
+Examples:
+  mla-spec mutate --workers 2
+  mla-spec mutate --dcp --format json > mutants.json
+"""
+
+
+@click.command("mutate", epilog=EXAMPLES)
 @format_option("json")
 @click.option(
     "--timeout",

@@ -16,7 +16,7 @@ from conformance.cli.errors import BadInput
 from mla_model.registry import REGISTRY_IDS
 from mla_model.revisions import REVISIONS
 from mla_model.revisions.base import Revision
-from mla_model.shape import FIELDS
+from mla_model.shape import FIELDS, Shape
 from spec.proof.invariants import INVARIANT_BY_ID
 from spec.proof.verdict import DEFAULT_TIMEOUT_MS
 
@@ -45,16 +45,30 @@ class Seconds(click.ParamType):
         return seconds
 
 
+# The Shape defaults that follow another field (Shape.__post_init__), as the help says them.
+_DERIVED_DEFAULTS = {"q_dtype": "fp8 for an fp8 KV cache, else bf16", "gluon_build": "true on gfx950 only"}
+
+
+def shape_default(name: str) -> str:
+    """The value a Shape takes for a field no flag or case id gives, in words."""
+    return _DERIVED_DEFAULTS.get(name) or str(getattr(Shape(), name))
+
+
 def shape_options(fn: Any) -> Any:
-    """One option per Shape field, named after it (--num-heads for num_heads)."""
+    """One option per Shape field, named after it (--num-heads for num_heads), its help naming the default."""
     for spec in reversed(FIELDS):
         flag = "--" + spec.name.replace("_", "-")
+        default = f" (default: {shape_default(spec.name)})"
         if spec.kind == "enum":
-            fn = click.option(flag, spec.name, type=click.Choice(list(spec.values)), help=spec.doc)(fn)
+            fn = click.option(flag, spec.name, type=click.Choice(list(spec.values)), help=spec.doc + default)(
+                fn
+            )
         elif spec.kind == "bool":
-            fn = click.option(flag, spec.name, type=click.BOOL, help=f"{spec.doc} (true/false)")(fn)
+            fn = click.option(flag, spec.name, type=click.BOOL, help=f"{spec.doc}, true/false{default}")(fn)
         else:
-            fn = click.option(flag, spec.name, type=click.IntRange(min=spec.minimum), help=spec.doc)(fn)
+            fn = click.option(
+                flag, spec.name, type=click.IntRange(min=spec.minimum), help=spec.doc + default
+            )(fn)
     return fn
 
 
@@ -82,6 +96,9 @@ def _choice_option(
         type=click.Choice(values),
         help=f"{noun} ({'repeatable; ' if multiple else ''}{default_help}).",
     )
+
+
+NEWEST_REVISION = list(REVISIONS)[-1]  # REVISIONS is in release order
 
 
 def revision_option(multiple: bool = False, default_help: str = "default: all") -> Any:

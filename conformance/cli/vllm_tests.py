@@ -16,8 +16,14 @@ import click
 from conformance.cli.errors import EXIT_OK, EXIT_VIOLATED, BadInput
 from conformance.cli.options import format_option
 
+EXAMPLES = """\b
+Examples:
+  mla-spec vllm-tests --vllm 0.34.0
+  mla-spec vllm-tests --vllm 0.34.0 --against ./rocm_aiter_mla.py -k routing
+"""
 
-@click.command("vllm-tests")
+
+@click.command("vllm-tests", epilog=EXAMPLES)
 @click.option(
     "--vllm",
     "release",

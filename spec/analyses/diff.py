@@ -52,9 +52,10 @@ How
    of each validity rule names the fields they read.
 2. :mod:`spec.analyses.shape_grid` lays every shape valid under both revisions out as a
    product grid (values no term tells apart merged, weighted by how many
-   shapes they stand for).  Routes run in the numpy interpretation; where a
-   revision answers in z3 (a release's gates lifted from the real code,
-   :mod:`spec.realcode.revision`) its terms are evaluated on the same grid.
+   shapes they stand for).  A model revision's route runs in the numpy
+   interpretation; a release's or a file's gates lifted from the real code
+   (:mod:`spec.realcode.revision`) answer in z3, so its route is the prover's
+   encoding, evaluated on the same grid.
    AITER's lookup runs once per distinct kernel request.
 3. :mod:`spec.analyses.regions` writes each change as a few disjoint boxes; each box's
    shape count is read off the grid, where the box is checked to hold only
@@ -78,6 +79,7 @@ from mla_model.decision import decide
 from mla_model.derived import KERNEL_KV_DTYPES
 from mla_model.logic import EnumTerm, Term, all_of, eq, if_then_else, is_in, not_
 from mla_model.registry import NO_KERNEL, Registry, asm_lookup, kernel_names, resolved_kernel
+from mla_model.revisions import REVISIONS
 from mla_model.revisions.base import Revision
 from mla_model.route import ASM_PATHS, PATHS, KernelRequest, Route
 from mla_model.shape import ARCHS, FIELD_BY_NAME, FIELDS, Q_DTYPES, Shape
@@ -257,9 +259,17 @@ class Diff:
         }
 
 
-def _numeric_route(revision: Revision, reg: Registry, grid: Grid) -> Route:
-    """The route on the grid; terms a revision answers in z3 (lifted real code) are evaluated on the grid."""
-    route = revision.route(grid.view, reg)
+def _numeric_route(p: Problem, grid: Grid) -> Route:
+    """The route on the grid; terms a revision answers in z3 (lifted real code) are evaluated on the grid.
+
+    A model revision runs on the grid's columns (the numpy interpretation).  A release's or a file's gates
+    lifted from the real code answer in z3 over the prover's variables, not over the grid, so their whole
+    route is taken from the prover's encoding and evaluated on the grid: run on the grid's columns, the
+    parts forward_mqa computes from the shape (numpy) would meet the lifted gates (z3) in one term, as
+    0.34.0's V-scale probe does (``fp8_v_scale_fix`` reads the lifted persistent gate).
+    """
+    revision, reg = p.revision, p.registry
+    route = revision.route(grid.view, reg) if _runs_on_columns(revision) else p.decision.route
     req = route.request
     values = [
         route.path,
@@ -282,6 +292,12 @@ def _numeric_route(revision: Revision, reg: Registry, grid: Grid) -> Route:
     return replace(
         route, path=path, vllm_raises=raises, mtp_decode_qlen=qlen, request=KernelRequest(*request)
     )
+
+
+def _runs_on_columns(revision: Revision) -> bool:
+    """A bundled model revision, written for the numpy interpretation (anything else, lifted real code
+    above all, is evaluated from the prover's encoding: the same route, only slower)."""
+    return REVISIONS.get(revision.id) is revision
 
 
 def _kernel_on_grid(
@@ -397,12 +413,15 @@ def diff(old: Revision, new: Revision, reg: Registry, timeout_ms: int = 30_000) 
     classes = value_classes(program)
     grid = build_grid(key_fields, rules, classes)
 
+    # One route key, term for term (a file against itself, an edit no route key reads): nothing changes,
+    # and the grid need not run the routes (z3 still confirms it below).
+    same = all(a.eq(b) for a, b in zip(*symbolic_keys))
     keys = []
-    for revision in (old, new):
-        route = _numeric_route(revision, reg, grid)
+    for p in () if same else (p_old, p_new):
+        route = _numeric_route(p, grid)
         kernel = _kernel_on_grid(reg, names, grid.view.arch, route.request, grid.view.num_reqs)
-        keys.append(route_key(route, kernel, names, revision.reorder_batch_threshold(grid.view)))
-    labels, changes = _labels(keys, len(names), grid.shape)
+        keys.append(route_key(route, kernel, names, p.revision.reorder_batch_threshold(grid.view)))
+    labels, changes = _labels(keys, len(names), grid.shape) if keys else (np.zeros(grid.shape, np.int32), [])
     boxes = summarise([c.axis() for c in grid.components], labels) if changes else []
     regions = []
     for box in boxes:

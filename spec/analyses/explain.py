@@ -59,7 +59,8 @@ GATES = ("use_gluon_decode", "use_gluon_verify", "use_persistent_metadata")
 
 
 def decision_conditions(revision: Revision, registry: Registry, shape: Shape) -> dict[str, dict[str, Any]]:
-    """Each gate's value and the value of every atomic condition in it (found by spec.analyses.cases)."""
+    """Each gate's value, the value of every atomic condition in it (found by spec.analyses.cases), and the
+    gate as the and/or tree of those conditions (:func:`condition_tree`)."""
     p = problem(revision, registry)
     out = {}
     for gate in GATES:
@@ -70,8 +71,53 @@ def decision_conditions(revision: Revision, registry: Registry, shape: Shape) ->
             if fields_read:
                 text = describe_atom(atom, fields_read, p.symbolic.variables)
                 conditions[text] = z3.is_true(term_value(atom, shape, p))
-        out[gate] = {"value": z3.is_true(term_value(term, shape, p)), "conditions": conditions}
+        out[gate] = {
+            "value": z3.is_true(term_value(term, shape, p)),
+            "conditions": conditions,
+            "tree": condition_tree(term, shape, p),
+        }
     return out
+
+
+_SHOWN_WHOLE = 100  # a condition that is no and/or (a comparison over an if-then-else) shown whole up to this
+
+
+def condition_tree(term: Any, shape: Shape, p: Any) -> dict[str, Any]:
+    """A gate term as its and/or structure, each node with its value on ``shape``: ``{"condition": text,
+    "value"}`` for an atomic condition, ``{"op": "all of" | "any of" | "not" | "depends on", "value",
+    "children"}`` for a junction (nested junctions of one kind flattened; terms that read no field, the
+    revision's constants, left out).  A condition that is no and/or (a comparison over an if-then-else) is one
+    node with its text, or, past :data:`_SHOWN_WHOLE` characters, "depends on" its atomic conditions."""
+
+    def value(t: Any) -> bool:
+        return z3.is_true(term_value(t, shape, p))
+
+    def flat(t: Any, kind: Any) -> list[Any]:
+        out = []
+        for k in t.children():
+            out.extend(flat(k, kind) if z3.is_app_of(k, kind) and not is_membership(k) else [k])
+        return out
+
+    def node(t: Any) -> dict[str, Any] | None:
+        if not fields_of(t):
+            return None
+        if (z3.is_and(t) or z3.is_or(t)) and not is_membership(t):
+            kind = z3.Z3_OP_AND if z3.is_and(t) else z3.Z3_OP_OR
+            kids = [n for n in map(node, flat(t, kind)) if n is not None]
+            if len(kids) == 1:
+                return kids[0]
+            return {"op": "all of" if z3.is_and(t) else "any of", "value": value(t), "children": kids}
+        if z3.is_not(t) and (z3.is_and(t.arg(0)) or z3.is_or(t.arg(0))) and not is_membership(t.arg(0)):
+            inner = node(t.arg(0))
+            return None if inner is None else {"op": "not", "value": value(t), "children": [inner]}
+        text = describe_atom(t, fields_of(t), p.symbolic.variables)
+        atoms = atoms_of(t)
+        if len(text) <= _SHOWN_WHOLE or len(atoms) <= 1:
+            return {"condition": text, "value": value(t)}
+        kids = [n for n in map(node, atoms) if n is not None]
+        return {"op": "depends on", "value": value(t), "children": kids}
+
+    return node(term) or {"condition": "always" if value(term) else "never", "value": value(term)}
 
 
 def explain(revision: Revision, registry: Registry, shape: Shape) -> dict[str, Any]:

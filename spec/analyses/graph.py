@@ -27,7 +27,7 @@ import z3
 
 from mla_model.decision import Decision, decide
 from mla_model.derived import kernel_kv_dtype
-from mla_model.failures import FAILURE_BY_KIND, failure_kind
+from mla_model.failures import FAILURE_BY_KIND, SILENT_WRONG_OUTPUT, WRONG_OUTPUTS, failure_kind
 from mla_model.logic import EnumTerm
 from mla_model.registry import NO_KERNEL, Registry, resolved_kernel
 from mla_model.revisions.base import Revision
@@ -51,12 +51,14 @@ GLUON_BF16, GLUON_FP8, TRITON = "gluon_kernel_bf16_kv", "gluon_kernel_fp8_kv", "
 TRITON_DCP, SEGMENTED = "triton_dcp_verify_kernel", "segmented_mla_kernel"
 # Drawn whether or not reachable: (kind, label, condition on the edge into it).  Gluon's kernel follows the KV
 # dtype (registry.GluonCheck: bh16bn64 for bf16, bh16bn128 for fp8); no revision hands Gluon the cache's KV
-# scale (Route.kv_scale_passed), so an fp8 cache there is read unscaled (fp8-never-reaches-gluon).
+# scale (Route.kv_scale_passed), so an fp8 cache there is read unscaled (fp8-never-reaches-gluon).  Where a
+# valid shape reaches the fp8 leaf, its label adds what that does, in the words check uses
+# (mla_model.failures.WRONG_OUTPUTS).
 FIXED_LEAVES = {
     GLUON_BF16: ("kernel", "Gluon kernel (mla_gluon), bf16 KV", "kv bf16: mla_gluon bh16bn64"),
     GLUON_FP8: (
         "failure",
-        "Gluon kernel, fp8 KV read with kv_scale=1.0 (silent NaN, #51011)",
+        "Gluon kernel, fp8 KV read with kv_scale=1.0 (#51011)",
         "kv fp8: mla_gluon bh16bn128, unscaled",
     ),
     TRITON: ("kernel", "vLLM Triton MLA verify kernel", "vLLM's Triton verify (CDNA3)"),
@@ -332,10 +334,13 @@ def _leaf_terms(d: Decision, path: str) -> list[Any]:
     return [as_z3(s.arch), failure.term, *[held(t) for t in detail]]
 
 
-def _leaf_node(d: Decision, leaf: str) -> tuple[dict[str, Any], str]:
+def _leaf_node(d: Decision, leaf: str, registry: Registry) -> tuple[dict[str, Any], str]:
     """The node attributes of a leaf and the condition on the edge into it, from one concrete step."""
     if leaf in FIXED_LEAVES:
         kind, label, condition = FIXED_LEAVES[leaf]
+        effects = [e for e in WRONG_OUTPUTS if e.symptom == SILENT_WRONG_OUTPUT and e.applies(d)]
+        if kind == "failure" and effects:  # what check says of this step
+            label += ": " + "; ".join(e.message(d, registry) for e in effects)
         return {"kind": kind, "label": label, "arch": None}, condition
     req, a = d.route.request, d.asm
     what, arch, rest = leaf.split(":", 2)
@@ -428,9 +433,11 @@ def routing_graph(revision: str | Revision, registry: str | Registry) -> nx.DiGr
             shape = p.symbolic.to_shape(model)
             concrete = _confirmed(p, shape, path)
             leaf = leaf_of(reg, concrete)
-            attrs, condition = _leaf_node(concrete, leaf)
+            attrs, condition = _leaf_node(concrete, leaf, reg)
             if leaf not in g:
                 g.add_node(leaf, **attrs)
+            elif leaf in FIXED_LEAVES and g.edges[path, leaf].get("witness") is None:
+                g.nodes[leaf]["label"] = attrs["label"]  # reached: the label says what happens there
             if g.edges.get((path, leaf), {}).get("witness") is None:
                 where = (path_is[path], *[t == v for t, v in zip(terms, values)])
                 g.add_edge(path, leaf, kind="leaf", condition=condition, witness=shape, where=where)

@@ -10,6 +10,7 @@ filled by kind, dead ones are grey and dashed.
 from __future__ import annotations
 
 import re
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +72,7 @@ def node_text(g: nx.DiGraph, n: str) -> str:
             f"{a['label']}{dead}\n{a['arch']}  {k['q']}/{k['kv']}  "
             f"gqa'{k['gqa']} qseqlen'{k['qseqlen']}{flags}"
         )
-    return a["label"] + dead
+    return textwrap.fill(a["label"], 64) + dead
 
 
 def wrap_condition(text: str, width: int = 46) -> str:
@@ -96,14 +97,32 @@ def wrap_condition(text: str, width: int = 46) -> str:
 # --- layout -------------------------------------------------------------------------------
 
 
+# ASM kernel leaves by what the request asks for beyond the plain decode (the lookup key's flags), in the
+# order the picture lists them.
+FAMILIES = ("decode and verify", "non-causal draft blocks", "DCP ranks (LSE)", "DCP round-robin (LSE, CPRR)")
+
+
+def kernel_group(g: nx.DiGraph, n: str) -> str | None:
+    """The group an ASM kernel leaf is drawn in ("gfx950 · DCP ranks (LSE)"); None for any other leaf."""
+    a = g.nodes[n]
+    if a["kind"] != "kernel" or "lookup" not in a:
+        return None
+    k = a["lookup"]
+    family = FAMILIES[3 if k["cprr"] else 2 if k["lse"] else 0 if k["causal"] else 1]
+    return f"{a['arch']} · {family}"
+
+
 def _leaf_order(g: nx.DiGraph) -> list[str]:
-    """Leaves grouped by the paths that reach them (in PATHS order), then arch, kernels before failures."""
+    """Leaves grouped by the paths that reach them (in PATHS order), then arch, kernels (by group) before
+    failures."""
 
     def key(n: str) -> tuple:
         live = [PATHS.index(u) for u in g.predecessors(n) if g.edges[u, n]["reachable"]]
         src = live or [PATHS.index(u) for u in g.predecessors(n)]
         a = g.nodes[n]
-        return min(src), max(src), a.get("arch") or "", a["kind"] == "failure", a["label"]
+        group = kernel_group(g, n)
+        family = FAMILIES.index(group.split(" · ")[1]) if group else len(FAMILIES)
+        return min(src), max(src), a.get("arch") or "", a["kind"] == "failure", family, a["label"]
 
     leaves = [n for n, a in g.nodes.items() if a["kind"] in ("kernel", "failure")]
     return sorted(leaves, key=key)
@@ -127,7 +146,7 @@ def layout(g: nx.DiGraph) -> tuple[dict[str, tuple[float, float]], float]:
     y, previous = -_TOP, None
     leaf_y: dict[str, float] = {}
     for n in _leaf_order(g):
-        group = (tuple(sorted(g.predecessors(n))), g.nodes[n].get("arch"))
+        group = (tuple(sorted(g.predecessors(n))), g.nodes[n].get("arch"), kernel_group(g, n))
         y -= _ROW + (_GROUP_GAP if previous is not None and group != previous else 0)
         leaf_y[n], previous = y, group
         pos[n] = (_X_LEAF, y)
@@ -201,18 +220,55 @@ def draw(g: nx.DiGraph, out: Path) -> None:
     fig.set_size_inches(width, height)
     ax.set_xlim(0, width)
 
+    # ASM kernels of one group (arch and request flags) on one path: one edge from the path to a bracket
+    # that holds them, labelled with the group and how many, instead of one edge per kernel.
+    groups: dict[tuple[str, str], list[str]] = {}
+    for (u, v), a in g.edges.items():
+        if a["kind"] == "leaf" and (group := kernel_group(g, v)) is not None:
+            groups.setdefault((u, group), []).append(v)
+    groups = {key: members for key, members in groups.items() if len(members) > 1}
+    grouped = {(u, v) for (u, _), members in groups.items() for v in members}
+    bracket_x = _X_LEAF - 0.12
+    brackets = {}
+    for (u, group), members in groups.items():
+        top, bottom = max(box[v][3] for v in members), min(box[v][1] for v in members)
+        live = any(g.edges[u, v]["reachable"] for v in members)
+        colour = "#444444" if live else "#b0b0b0"
+        ax.plot([bracket_x, bracket_x], [bottom + 0.05, top - 0.05], color=colour, linewidth=1.2)
+        for v in members:
+            y = (box[v][1] + box[v][3]) / 2
+            ax.plot([bracket_x, box[v][0]], [y, y], color=colour, linewidth=0.8)
+        brackets[u, group] = ((top + bottom) / 2, live, len(members))
+        ax.text(
+            bracket_x - 0.08,
+            top - 0.02,
+            f"{group}: {len(members)} kernels",
+            fontsize=_LEAF_PT,
+            ha="right",
+            va="top",
+            color="#1a1a1a" if live else _DEAD_TEXT,
+            bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.9},
+        )
+
     # Edges run between ports on the boxes: a column's vertical edge bottom to top, others right side to left
     # side; a path's leaf edges leave from points spread down its right side, in the leaves' order.
     ports, port_pos, labels = nx.DiGraph(), {}, {}
+    for (u, group), (mid, live, _) in brackets.items():
+        s, e = ("out", u, group), ("in", u, group)
+        ux0, uy0, ux1, uy1 = box[u]
+        ends = fan(g, u, pos, grouped, groups)
+        port_pos[s] = (ux1, uy1 - (uy1 - uy0) * (ends.index(group) + 1) / (len(ends) + 1))
+        port_pos[e] = (bracket_x, mid)
+        ports.add_edge(s, e, reachable=live)
     for (u, v), a in g.edges.items():
+        if (u, v) in grouped:
+            continue
         ux0, uy0, ux1, uy1 = box[u]
         vx0, vy0, vx1, vy1 = box[v]
         vertical = abs(pos[u][0] - pos[v][0]) < 1e-6
         s, e = ("out", u, v), ("in", u, v)
-        fan = sorted(
-            (w for w in g.successors(u) if g.edges[u, w]["kind"] == "leaf"), key=lambda w: -pos[w][1]
-        )
-        out_y = uy1 - (uy1 - uy0) * (fan.index(v) + 1) / (len(fan) + 1) if v in fan else (uy0 + uy1) / 2
+        ends = fan(g, u, pos, grouped, groups)
+        out_y = uy1 - (uy1 - uy0) * (ends.index(v) + 1) / (len(ends) + 1) if v in ends else (uy0 + uy1) / 2
         port_pos[s] = ((ux0 + ux1) / 2, uy0) if vertical else (ux1, out_y)
         port_pos[e] = ((vx0 + vx1) / 2, vy1) if vertical else (vx0, (vy0 + vy1) / 2)
         ports.add_edge(s, e, reachable=a["reachable"])
@@ -247,6 +303,25 @@ def draw(g: nx.DiGraph, out: Path) -> None:
             fig.savefig(out)
     else:
         _save_png(fig, out)
+
+
+def fan(
+    g: nx.DiGraph,
+    u: str,
+    pos: dict[str, tuple[float, float]],
+    grouped: set[tuple[str, str]],
+    groups: dict[tuple[str, str], list[str]],
+) -> list[str]:
+    """What a path's leaf edges go to, top to bottom: its leaves outside a group, and its groups (by name)."""
+    ends = [
+        (pos[w][1], w) for w in g.successors(u) if g.edges[u, w]["kind"] == "leaf" and (u, w) not in grouped
+    ]
+    ends += [
+        (sum(pos[w][1] for w in members) / len(members), group)
+        for (path, group), members in groups.items()
+        if path == u
+    ]
+    return [end for _, end in sorted(ends, key=lambda e: -e[0])]
 
 
 def _heading(ax: Any, g: nx.DiGraph, patch: Any) -> list[Any]:

@@ -6,7 +6,9 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
+from rich.text import Text
 
 from mla_model.registry import NO_KERNEL
 from mla_model.shape import FP8_KV_CACHE_DTYPES, Shape
@@ -38,16 +40,24 @@ def label_count(n: int, noun: str) -> str:
     return f"{n:,} {noun}{'' if n == 1 else 'es' if noun.endswith('s') else 's'}"
 
 
-def _cell(r: CheckResult, surprise: bool = False) -> str:
+def _cell(r: CheckResult, surprise: bool = False, short: bool = False) -> str:
+    """A verdict cell: PROVED, UNKNOWN, VIOLATED (n) or WARNING (n), ``!`` marking a surprise; ``short``:
+    VIOL n and WARN n (:data:`SHORT_LEGEND`), for a terminal too narrow for the long cells."""
     mark = " [bold magenta]![/]" if surprise else ""
     if r.verdict == PROVED:
         return f"[green]PROVED[/]{mark}"
     if r.verdict == UNKNOWN:
         return f"[yellow]UNKNOWN[/]{mark}"
-    more = "" if r.complete else "+"
+    n = f"{r.classes}{'' if r.complete else '+'}"
     if INVARIANT_BY_ID[r.invariant].level == "warning":
-        return f"[yellow]WARNING ({r.classes}{more})[/]{mark}"
-    return f"[red]VIOLATED ({r.classes}{more})[/]{mark}"
+        return f"[yellow]{f'WARN {n}' if short else f'WARNING ({n})'}[/]{mark}"
+    return f"[red]{f'VIOL {n}' if short else f'VIOLATED ({n})'}[/]{mark}"
+
+
+SHORT_LEGEND = (
+    "VIOL n: VIOLATED with n counterexample classes (n+: more not enumerated); WARN n: a warning-level "
+    "invariant violated (a cost, not a fault); !: a verdict the manifest does not expect"
+)
 
 
 def revision_label(revision: str) -> str:
@@ -70,29 +80,11 @@ def check_table(
 ) -> None:
     """The verdict table, then each violation's first ``show`` classes: with a manifest (``outcomes``),
     only the surprises are detailed and a summary says whether every verdict is as expected."""
-    surprise = {id(o.result): o.surprise for o in outcomes or []}
-    registries = list(dict.fromkeys(r.registry for r in results))
-    by_key = {(r.revision, r.registry, r.invariant): r for r in results}
-    table = Table(title="mla-spec check")
-    table.add_column("revision", style="bold", no_wrap=True)
-    table.add_column("invariant", no_wrap=True)
-    for reg in registries:
-        table.add_column(reg, no_wrap=True)
-    revisions = list(dict.fromkeys(r.revision for r in results))
-    invariants = list(dict.fromkeys(r.invariant for r in results))
-    for rev in revisions:
-        for j, inv_id in enumerate(invariants):
-            cells = [
-                _cell(r, surprise.get(id(r), False)) if (r := by_key.get((rev, reg, inv_id))) else ""
-                for reg in registries
-            ]
-            table.add_row(
-                escape(revision_label(rev)) if j == 0 else "",
-                inv_id,
-                *cells,
-                end_section=(j == len(invariants) - 1),
-            )
-    console.print(table)
+    table = verdict_table(results, outcomes, short=False)
+    short = Measurement.get(console, console.options, table).maximum > console.width
+    console.print(verdict_table(results, outcomes, short=True) if short else table)
+    if short:
+        console.print(f"[dim]{SHORT_LEGEND}[/]")
     detailed = detailed_results(results, outcomes)
     for r in detailed:
         if r.verdict == VIOLATED:
@@ -102,6 +94,39 @@ def check_table(
             console.print(f"\n[yellow]UNKNOWN[/] {r.invariant} on {where}")
     if outcomes is not None:
         expectation_summary(outcomes, console)
+
+
+def verdict_table(results: list[CheckResult], outcomes: list[Outcome] | None, short: bool) -> Table:
+    """check's table: a row per (revision, invariant), a column per registry.  The invariant and verdict
+    columns are never cut (a narrow terminal folds the revision, a gate file's path, instead)."""
+    surprise = {id(o.result): o.surprise for o in outcomes or []}
+    registries = list(dict.fromkeys(r.registry for r in results))
+    by_key = {(r.revision, r.registry, r.invariant): r for r in results}
+    revisions = list(dict.fromkeys(r.revision for r in results))
+    invariants = list(dict.fromkeys(r.invariant for r in results))
+    table = Table(title="mla-spec check")
+    table.add_column("revision", style="bold", overflow="fold")
+    table.add_column("invariant", no_wrap=True, min_width=max(map(len, invariants), default=0))
+    rows = {
+        (rev, inv_id): [
+            _cell(r, surprise.get(id(r), False), short) if (r := by_key.get((rev, reg, inv_id))) else ""
+            for reg in registries
+        ]
+        for rev in revisions
+        for inv_id in invariants
+    }
+    for i, reg in enumerate(registries):
+        widest = max((Text.from_markup(cells[i]).cell_len for cells in rows.values()), default=0)
+        table.add_column(reg, no_wrap=True, min_width=max(len(reg), widest))
+    for rev in revisions:
+        for j, inv_id in enumerate(invariants):
+            table.add_row(
+                escape(revision_label(rev)) if j == 0 else "",
+                inv_id,
+                *rows[rev, inv_id],
+                end_section=(j == len(invariants) - 1),
+            )
+    return table
 
 
 HITS_SHOWN = 6  # deployment groups named per class in text (JSON has every deployment)
@@ -202,16 +227,52 @@ def executed_lines(executed: Any, console: Console) -> None:
         )
 
 
-def explanation(out: dict, shape: Shape, revision: str, registry: str, console: Console) -> None:
+def _yes_no(value: bool) -> str:
+    return "[green]yes[/]" if value else "[red]no[/] "
+
+
+def condition_lines(node: dict, console: Console, indent: str = "    ") -> None:
+    """A gate's and/or tree (spec.analyses.explain.condition_tree), one node a line, each with its value."""
+    if "condition" in node:
+        console.print(f"{indent}{_yes_no(node['value'])} {escape(node['condition'])}", soft_wrap=True)
+        return
+    console.print(f"{indent}{_yes_no(node['value'])} [dim]{node['op']}:[/]")
+    for child in node["children"]:
+        condition_lines(child, console, indent + "    ")
+
+
+def explanation(
+    out: dict,
+    shape: Shape,
+    revision: str,
+    registry: str,
+    console: Console,
+    defaulted: dict[str, Any] | None = None,
+    every_invariant: bool = False,
+) -> None:
+    """explain's text: the shape (and the fields it took by default), the gates as and/or trees, the route,
+    AITER's lookup, the scales, then the invariants the shape breaks; those that hold are one line (each
+    on its own with ``every_invariant``)."""
     console.print(f"[bold]{shape_summary(shape)}[/] on {revision} with {registry}")
+    if defaulted:
+        console.print(
+            "  [dim]defaulted (no flag or case id gave them):[/] "
+            + ", ".join(f"{name}={value}" for name, value in defaulted.items()),
+            soft_wrap=True,
+        )
     if not out["valid"]:
         broken = [name for name, ok in out["validity"].items() if not ok]
         console.print(f"[yellow]not a shape the engine accepts[/]: breaks {'; '.join(broken)}")
     for gate, d in out["decisions"].items():
-        conditions = "  ".join(
-            f"{text} {'[green]yes[/]' if v else '[red]no[/]'}" for text, v in d["conditions"].items()
-        )
-        console.print(f"  {gate} = [bold]{d['value']}[/]  [dim]<-[/] {conditions}", soft_wrap=True)
+        tree = d["tree"]
+        if "condition" in tree:
+            console.print(
+                f"  {gate} = [bold]{d['value']}[/]  [dim]<-[/] {escape(tree['condition'])}", soft_wrap=True
+            )
+            continue
+        console.print(f"  {gate} = [bold]{d['value']}[/]  [dim]<- {tree['op']}:[/]")
+        for child in tree["children"]:
+            condition_lines(child, console)
     r, k = out["route"], out["kernel"]
     console.print(f"  _mtp_decode_qlen = {r['mtp_decode_qlen']}")
     if r["path"].startswith("asm"):
@@ -260,9 +321,9 @@ def explanation(out: dict, shape: Shape, revision: str, registry: str, console: 
         console.print(
             "  why not persistent: the gate stays closed for " + ", ".join(out["why_not_persistent"])
         )
+    holding = [inv_id for inv_id, v in out["invariants"].items() if v["holds"]]
     for inv_id, v in out["invariants"].items():
         if v["holds"]:
-            console.print(f"  {inv_id}: [green]holds[/]")
             continue
         verdict = "[yellow]WARNING[/]" if INVARIANT_BY_ID[inv_id].level == "warning" else "[red]VIOLATED[/]"
         console.print(f"  {inv_id}: {verdict}: {v['symptom']}", soft_wrap=True)
@@ -270,6 +331,16 @@ def explanation(out: dict, shape: Shape, revision: str, registry: str, console: 
             given = f"given {', '.join(v['violated']['given'])}: " if v["violated"]["given"] else ""
             violated = "; ".join(v["violated"]["violated"])
             console.print(f"    [dim]{escape(given)}[/]{escape(violated)}", soft_wrap=True)
+    if every_invariant:
+        for inv_id in holding:
+            console.print(f"  {inv_id}: [green]holds[/]")
+    elif holding:
+        everything = (
+            "every invariant holds"
+            if len(holding) == len(out["invariants"])
+            else (f"the other {len(holding)} invariants hold")
+        )
+        console.print(f"  [green]{everything}[/] [dim](--all lists them)[/]", soft_wrap=True)
 
 
 def memory_explanation(memory: Any, why_not: str | None, default_seqs: bool, console: Console) -> None:
