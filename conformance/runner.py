@@ -339,7 +339,11 @@ class ResultsLog:
             f.truncate(keep)
 
     def done(self, backend: str, fault: str | None) -> set[str]:
-        return {r["key"] for r in self.records() if r.get("backend") == backend and r.get("fault") == fault}
+        return {
+            r["key"]
+            for r in self.records()
+            if r.get("backend") == backend and r.get("fault") == fault and r.get("status") != "ERROR"
+        }  # an ERROR (the harness failed) is run again on resume
 
     def append(self, record: dict[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
