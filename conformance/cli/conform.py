@@ -10,8 +10,13 @@ each.
 This module imports neither z3 nor torch at import time, so on a GPU machine
 without z3 it runs as ``python -m conformance.cli.conform``.
 
-Exit status: 0 when no case is MISMATCH, NAN or CRASH; 1 otherwise; 2 for bad
-input (a missing or malformed cases file, an unknown backend or fault).
+Each result is judged like check judges a verdict (:mod:`conformance.expect`): against the status
+its case's class predicts (``expected_outcome``), expected or a surprise (marked ``!``).
+Exit status: 0 when every status is the expected one; 1 naming each surprise (a PASS where a MISMATCH
+was predicted is a detection lost), any ERROR (the harness failed) or a case without a result; 3
+where a case was skipped (nothing compared) and nothing failed; 2 for bad input (a missing or
+malformed cases file, an unknown backend or fault).  ``--no-expect`` gives the raw statuses: 1 on
+any MISMATCH, NAN, CRASH or ERROR, 3 when every case was skipped, else 0.
 """
 
 from __future__ import annotations
@@ -103,7 +108,8 @@ def _pytest_command(
 
 
 def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Counts by status and by route path, throughput, and reference against kernel time."""
+    """Counts by status and by route path, throughput, reference against kernel time, and (records judged
+    by :func:`conformance.expect.judge`) the surprises."""
     by_path: dict[str, Counter] = {}
     for r in records:
         by_path.setdefault(r["path"], Counter())[r["status"]] += 1
@@ -123,10 +129,18 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
         if kernel and statistics.median(kernel) > 0
         else None,
         "not_passed": [
-            {k: r.get(k) for k in ("key", "status", "path", "detail")}
+            {k: r.get(k) for k in ("key", "status", "path", "detail", "expected")}
             for r in records
             if r["status"] not in ("PASS", "NO_KERNEL")
         ],
+        "surprises": [
+            {k: r.get(k) for k in ("key", "status", "expected", "path", "detail")}
+            for r in records
+            if r.get("verdict") in ("surprise", "error")
+        ],
+        "expected": sum(r.get("verdict") == "expected" for r in records)
+        if any("verdict" in r for r in records)
+        else None,
     }
 
 
@@ -148,11 +162,24 @@ def _print_summary(summary: dict[str, Any], backend: str, console: Console) -> N
             f"median time per case: kernel {summary['median_kernel_ms']:.3f} ms, "
             f"reference {summary['median_reference_ms']:.3f} ms" + (f" ({ratio:.1f}x)" if ratio else "")
         )
+    surprising = {r["key"] for r in summary["surprises"]}
     for r in summary["not_passed"][:20]:
         what = escape(f"{r['key']} ({r['path']}): {r['detail']}")
-        console.print(f"[red]{escape(r['status'])}[/] {what}", soft_wrap=True)
+        mark = "!" if r["key"] in surprising else " "
+        console.print(f"{mark} [red]{escape(r['status'])}[/] {what}", soft_wrap=True)
     if len(summary["not_passed"]) > 20:
         console.print(f"... and {len(summary['not_passed']) - 20} more in the results file")
+    for r in summary["surprises"]:
+        console.print(
+            f"! [bold red]surprise[/] {escape(r['key'])}: {escape(r['status'])}, "
+            f"expected {escape(str(r['expected']))} ({escape(r['path'])})",
+            soft_wrap=True,
+        )
+    if summary.get("expected") is not None:
+        console.print(
+            f"{summary['expected']} of {summary['cases']} statuses as expected, "
+            f"{len(summary['surprises'])} surprise(s)"
+        )
 
 
 @click.command("conform")
@@ -213,9 +240,26 @@ def _print_summary(summary: dict[str, Any], backend: str, console: Console) -> N
     help="vllm backend, DCP cases: drop the last rank's LSE (-inf) before the release's merge; "
     "every DCP case that runs must then be a MISMATCH.",
 )
+@click.option(
+    "--no-expect",
+    is_flag=True,
+    help="Raw statuses: do not judge each against the status its case's class predicts.",
+)
 @format_option("json")
 def conform_command(
-    backend, cases_path, out, device, fault, kv_len, full_context, workers, vllm, dcp_ranks, inject_fault, fmt
+    backend,
+    cases_path,
+    out,
+    device,
+    fault,
+    kv_len,
+    full_context,
+    workers,
+    vllm,
+    dcp_ranks,
+    inject_fault,
+    no_expect,
+    fmt,
 ) -> None:
     """Replay cases on a backend against the float32 reference: PASS, MISMATCH, NAN, CRASH, NO_KERNEL,
     SKIP."""
@@ -308,6 +352,10 @@ def conform_command(
     if child.returncode not in (0, 1, DEVICE_LOST_EXIT) and not records:
         tail = log.read_text().strip().splitlines()[-1:] or ["no output"]
         raise click.ClickException(f"pytest exited {child.returncode}: {tail[0]} (log: {log})")
+    if not no_expect:
+        from conformance.expect import judge
+
+        records = judge(records, cases, backend, fault, inject_fault)
     summary = summarise(records)
     summary.update(backend=backend, fault=fault, results=str(out))
     if fmt == "json":
@@ -318,6 +366,15 @@ def conform_command(
     missing = len(keys) - len(records)
     if missing:
         click.echo(f"mla-spec: {missing} case(s) have no result; rerun with --out {out} to resume", err=True)
+    if not no_expect:
+        from conformance.expect import exit_status
+
+        for r in summary["surprises"]:
+            click.echo(
+                f"mla-spec: surprise: {r['key']} is {r['status']}, its class predicts {r['expected']}",
+                err=True,
+            )
+        sys.exit(exit_status(records, missing))
     if any(r["status"] in FAILURES for r in records) or missing:
         sys.exit(EXIT_VIOLATED)
     # Every case skipped (a backend that cannot run here): nothing was compared, which is not a pass.
