@@ -821,6 +821,7 @@ def _pool(name: str, param: click.Parameter, w: World) -> tuple[list[str], list[
     by_meaning: dict[tuple[str, str | None], tuple[list[str], list[str]]] = {
         ("check", "releases"): releases,
         ("audit", "releases"): releases,
+        ("audit", "named"): releases,
         ("bind", "spec"): releases,
         ("diff", "old"): (list(REVISIONS)[:4] + releases[0], releases[1]),
         ("diff", "new"): (list(REVISIONS)[3:] + releases[0], releases[1]),
