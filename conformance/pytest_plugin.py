@@ -2,15 +2,16 @@
 
     pytest --mla-backend aiter-triton --mla-cases cases.jsonl --mla-results results.jsonl [-n GPUS]
 
-Each line of the cases file becomes a test; its verdict (:mod:`conformance.runner`)
-maps to pytest's: PASS passes; MISMATCH, NAN, CRASH and ERROR fail; NO_KERNEL
-is an expected failure (the routed stack has no kernel: the model predicts
-it); SKIP skips.  ``--mla-results`` streams one JSON line per case and skips
-the cases it already holds (an ERROR, our harness failing, runs again), so
-rerunning the same command resumes; the file opens with the run's settings,
-and a run with other settings, or while another run holds its lock, is a
-usage error (:mod:`conformance.results_file`).  An xdist worker that dies
-(a signal) while running a case leaves an ERROR record for it.  Under
+Each line of the cases file becomes a test, judged as ``mla-spec conform`` judges it
+(:mod:`conformance.expect`): a status its case's class predicts passes (PASS) or is an expected
+failure (xfail: a predicted MISMATCH, NAN, CRASH or NO_KERNEL); any other status fails, naming the
+predicted one (a PASS where a MISMATCH was predicted is a detection lost); ERROR (the harness
+failed) fails; SKIP skips.  ``--mla-no-expect`` gives the raw rule: PASS passes, NO_KERNEL is an
+expected failure, MISMATCH, NAN, CRASH and ERROR fail.  ``--mla-results`` streams one JSON
+line per case and skips the cases it already holds (an ERROR, our harness failing, runs again), so
+rerunning the same command resumes; the file opens with the run's settings, and a run with other
+settings, or while another run holds its lock, is a usage error (:mod:`conformance.results_file`).
+An xdist worker that dies (a signal) while running a case leaves an ERROR record for it.  Under
 pytest-xdist each worker takes one GPU (``--mla-device cuda``: worker ``gwN``
 uses GPU ``N``); a device error that leaves the CUDA context unusable ends
 the worker, which xdist replaces.
@@ -67,6 +68,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--mla-full-context",
         action="store_true",
         help="every request holds exactly --mla-kv-len context tokens (for timing)",
+    )
+    group.addoption(
+        "--mla-no-expect",
+        action="store_true",
+        help="raw statuses: do not judge each against the status its case's class predicts",
     )
     group.addoption(
         "--mla-vllm",
@@ -137,6 +143,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "done": None,
         "vllm": vllm,
         "configured": False,
+        "no_expect": config.getoption("--mla-no-expect"),
     }
     if config.args_source != pytest.Config.ArgsSource.ARGS:
         config.args = [str(path)]  # collect the cases, not the project's test paths
@@ -286,10 +293,22 @@ class CaseItem(pytest.Item):
         status, detail = record["status"], record["detail"]
         if status == "SKIP":
             pytest.skip(detail)
-        if status == "NO_KERNEL":
-            pytest.xfail(f"NO_KERNEL: {detail}")
+        if settings["no_expect"]:
+            if status == "NO_KERNEL":
+                pytest.xfail(f"NO_KERNEL: {detail}")
+            if status != "PASS":
+                raise CaseFailed(f"{status}: {detail}")
+            return
+        from conformance.backends.vllm import DCP_ENV
+        from conformance.expect import predicted, verdict_of
+
+        expected = predicted(
+            self.case, settings["backend"], settings["fault"], os.environ.get(DCP_ENV["inject_fault"])
+        )
+        if verdict_of(expected, status) != "expected":
+            raise CaseFailed(f"{status}, its class predicts {expected}: {detail}")
         if status != "PASS":
-            raise CaseFailed(f"{status}: {detail}")
+            pytest.xfail(f"{status} (predicted): {detail}")
 
     def repr_failure(self, excinfo: Any, style: Any = None) -> Any:
         if isinstance(excinfo.value, CaseFailed):
@@ -301,7 +320,7 @@ class CaseItem(pytest.Item):
 
 
 class CaseFailed(Exception):
-    """A MISMATCH, NAN, CRASH or ERROR verdict."""
+    """A status other than the predicted one (with ``--mla-no-expect``: a MISMATCH, NAN, CRASH or ERROR)."""
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

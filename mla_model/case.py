@@ -6,11 +6,13 @@ has no z3; so this module depends on nothing but the model.
 
 One Case per JSON line, keys in this order::
 
-    {"id", "shape", "expected_route", "origin", "revision", "registry", "seed"}
+    {"id", "shape", "expected_route", "origin", "revision", "registry", "seed", "expected_outcome"}
 
 ``expected_route`` is :func:`expected_route`: the route fields a test pins and
 a replay needs (path, the gates, metadata sizing, head padding, what AITER is
-asked for and the kernel it finds).
+asked for and the kernel it finds).  ``expected_outcome`` is
+:func:`expected_outcome`: the replay status the case's class predicts, from the
+symptom ``check`` gives the step (:func:`mla_model.failures.symptom_of`).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class Case:
     revision: str
     registry: str
     seed: int  # seeds the replay's random inputs
+    expected_outcome: dict[str, str]  # the replay status the class predicts and why (expected_outcome)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -48,12 +51,14 @@ class Case:
             "revision": self.revision,
             "registry": self.registry,
             "seed": self.seed,
+            "expected_outcome": self.expected_outcome,
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Case:
         missing = sorted(
-            {"id", "shape", "expected_route", "origin", "revision", "registry", "seed"} - set(data)
+            {"id", "shape", "expected_route", "origin", "revision", "registry", "seed", "expected_outcome"}
+            - set(data)
         )
         if missing:
             raise ValueError(f"case {cut(data.get('id', '?'))} lacks {', '.join(missing)}")
@@ -61,6 +66,11 @@ class Case:
         for key, kind, noun in _FIELD_TYPES:
             if not isinstance(data[key], kind) or isinstance(data[key], bool):
                 raise ValueError(f"case {cut(data['id'])}: {key} {cut(data[key])} is not {noun}")
+        if data["expected_outcome"].get("status") not in ACCEPTED:
+            raise ValueError(
+                f"case {cut(data['id'])}: expected_outcome {cut(data['expected_outcome'])} has no status "
+                f"({', '.join(ACCEPTED)})"
+            )
         return cls(
             data["id"],
             Shape.from_json(data["shape"]),
@@ -69,6 +79,7 @@ class Case:
             data["revision"],
             data["registry"],
             data["seed"],
+            data["expected_outcome"],
         )
 
 
@@ -79,6 +90,7 @@ _FIELD_TYPES = (
     ("revision", str, "a string"),
     ("registry", str, "a string"),
     ("seed", int, "an integer"),
+    ("expected_outcome", dict, "an object"),
 )
 
 
@@ -108,16 +120,47 @@ def expected_route(revision: Revision, registry: Registry, shape: Shape) -> dict
     }
 
 
+# What a replay of a step shows for each symptom kind check gives it (mla_model.failures): the predicted
+# status, and the statuses that count as it (a wrong output may be finite or not; a crash may be a refusal).
+OUTCOME_OF_SYMPTOM = {"crash": "CRASH", "silent-wrong-output": "MISMATCH"}
+ACCEPTED = {"PASS": ("PASS",), "MISMATCH": ("MISMATCH", "NAN"), "CRASH": ("CRASH", "NO_KERNEL")}
+ACCEPTED["NO_KERNEL"] = ACCEPTED["CRASH"]
+
+
+def expected_outcome(revision: Revision, registry: Registry, shape: Shape) -> dict[str, str]:
+    """The replay status the step's class predicts and its cause, from the step's symptom
+    (:func:`mla_model.failures.symptom_of`): a crash is NO_KERNEL where the stack refuses the request and
+    CRASH otherwise, a silent wrong output MISMATCH, anything else (no symptom, performance only) PASS;
+    ``cause`` is the symptom's cause (``none`` for none)."""
+    from mla_model.failures import REFUSALS, symptom_of
+
+    symptom = symptom_of(decide(revision, registry, shape), registry)
+    status = OUTCOME_OF_SYMPTOM.get(symptom.kind, "PASS")
+    if symptom.kind == "crash" and symptom.cause in REFUSALS:
+        status = "NO_KERNEL"
+    return {"status": status, "cause": symptom.cause}
+
+
+def is_expected(predicted: str, status: str) -> bool:
+    """Whether a replay's status is the one its case predicts (:data:`ACCEPTED`)."""
+    return status in ACCEPTED.get(predicted, (predicted,))
+
+
 def stale_cases(cases: Iterable[Case]) -> list[str]:
-    """Ids of the cases whose pinned route is no longer what their model revision gives them."""
+    """Ids of the cases whose pinned route or predicted outcome is no longer what their model revision gives
+    them."""
     from mla_model.registry import load_registry
     from mla_model.revisions import get_revision
 
-    return [
-        c.id
-        for c in cases
-        if expected_route(get_revision(c.revision), load_registry(c.registry), c.shape) != c.expected_route
-    ]
+    out = []
+    for c in cases:
+        revision, registry = get_revision(c.revision), load_registry(c.registry)
+        if (
+            expected_route(revision, registry, c.shape) != c.expected_route
+            or expected_outcome(revision, registry, c.shape) != c.expected_outcome
+        ):
+            out.append(c.id)
+    return out
 
 
 def case_id(shape: Shape) -> str:

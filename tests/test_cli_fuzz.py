@@ -220,7 +220,7 @@ def _graph() -> Any:
 @functools.cache
 def _cases(revision: str, registry: str) -> list[Any]:
     """Real cases of a revision (the route the model gives a few shapes), as generate returns them."""
-    from mla_model.case import Case, case_id, case_seed, expected_route
+    from mla_model.case import Case, case_id, case_seed, expected_outcome, expected_route
     from mla_model.registry import load_registry
     from mla_model.revisions import REVISIONS
     from mla_model.shape import Shape
@@ -241,6 +241,7 @@ def _cases(revision: str, registry: str) -> list[Any]:
             revision,
             registry,
             case_seed(case_id(s)),
+            expected_outcome(REVISIONS[revision], reg, s),
         )
         for i, s in enumerate(shapes)
     ]
@@ -820,6 +821,7 @@ def _pool(name: str, param: click.Parameter, w: World) -> tuple[list[str], list[
     by_meaning: dict[tuple[str, str | None], tuple[list[str], list[str]]] = {
         ("check", "releases"): releases,
         ("audit", "releases"): releases,
+        ("audit", "named"): releases,
         ("bind", "spec"): releases,
         ("diff", "old"): (list(REVISIONS)[:4] + releases[0], releases[1]),
         ("diff", "new"): (list(REVISIONS)[3:] + releases[0], releases[1]),

@@ -136,7 +136,7 @@ def test_a_release_path_with_markup_in_it_is_printed_as_it_is(monkeypatch, comma
     args = (
         ["check", "--no-expect", "--vllm", label]
         if command == "check"
-        else ["audit", label, "--executed", "0"]
+        else ["audit", "--no-expect", label, "--executed", "0"]
     )
     out = run(*args, "--invariant", "total")
     assert out.returncode == 1 and "/trees/[/bold]/" in out.stdout, out.stderr

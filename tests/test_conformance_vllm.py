@@ -112,7 +112,18 @@ def _row(outcome: str, **extra):
         (_row("aiter:gluon_dtype"), "NO_KERNEL"),
         (_row("aiter:something_new"), "CRASH"),
         (_row("vllm_raises"), "CRASH"),
-        ({"_skip": "harness fault"}, "SKIP"),
+        ({"_skip": "cannot resolve --vllm 9.9.9"}, "SKIP"),
+        ({"_error": "harness fault (vllm==0.27.1): RuntimeError"}, "ERROR"),
+        (_row("harness_fault"), "ERROR"),
+        (
+            _row(
+                "harness_fault",
+                error="the release's own decode_attention_fwd_verify cannot run on this GPU: "
+                "CompilationError: "
+                'ValueError("type fp8e4b8 not supported in this architecture.")',
+            ),
+            "SKIP",
+        ),
         ({**_row("ran"), "stage": "done", "verdict": {"status": "NAN", "detail": "x"}}, "NAN"),
         (
             {

@@ -34,6 +34,8 @@ FAULT_BACKENDS = ("model",)
 
 # The verdicts of a case (conformance.runner says what each means), kept here, free of torch, for the
 # plugin and the conform command.
+# ERROR is a harness fault (mla-spec's own code failed, not the kernel or the release): a failure of the run,
+# retried on resume, never counted with SKIP (which is "this kernel cannot run on this device").
 STATUSES = ("PASS", "MISMATCH", "NAN", "CRASH", "NO_KERNEL", "SKIP", "ERROR")
 FAILURES = ("MISMATCH", "NAN", "CRASH", "ERROR")
 # A device error after which the CUDA context is unusable: the plugin exits with this so that xdist (or

@@ -83,9 +83,12 @@ def vllm_padding(revision: str) -> tuple[Any, str]:
     """The loaded gate code of the case's vLLM release (or None) and a label saying whose padding runs."""
     from mla_model.revisions import RELEASE_OF_REVISION
     from spec.realcode.extract import extract
-    from spec.realcode.sandbox import LoadedCode
     from spec.realcode.source import RELATIVE_PATH, SourceError, cache_dir, resolve
 
+    try:  # the real-code sandbox imports z3 (for the lifter), which a GPU machine may lack
+        from spec.realcode.sandbox import LoadedCode
+    except ImportError as e:
+        return None, f"model (the real-code loader cannot be imported here: {e})"
     release = RELEASE_OF_REVISION.get(revision)
     if release is None:
         return None, f"model (no vLLM release is the gate code of {revision})"

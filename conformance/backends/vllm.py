@@ -16,8 +16,10 @@ Verdicts: PASS / MISMATCH / NAN from the output; the row's outcome otherwise:
 an AITER refusal (``aiter:<kind>``) is NO_KERNEL for the kinds in
 :data:`mla_model.failures.REFUSALS`, CRASH for any other; vLLM raising before a kernel
 runs is CRASH with the error; a shape the release does not admit as a decode
-(``max_qo_len`` above its reorder threshold) is SKIP; a harness fault (a name
-the stubs lack) is SKIP for that case, naming the fault.
+(``max_qo_len`` above its reorder threshold) is SKIP, and so is a release's own Triton kernel
+this GPU's Triton cannot compile; a harness fault (a name
+the stubs lack, a stand-in or the harness itself raising: mla-spec's code, not
+the release) is ERROR for that case, naming the fault, and is run again on resume.
 
 A case with ``dcp_world_size > 1`` is a DCP replay (:mod:`conformance.dcp_replay`):
 every rank runs the release's decode over its KV shard and the ranks' outputs
@@ -27,7 +29,10 @@ gloo/NCCL processes (option ``dcp_ranks``); option ``inject_fault``
 
 Cases run in batches: one harness child per chunk of :data:`CHUNK` cases
 (same registry, DCP or not), started when the first case of the chunk is asked for; the
-rest of the chunk is answered from memory.  The release is ``--vllm``
+rest of the chunk is answered from memory.  On a GPU every chunk still to run starts at the first
+case, each split over parallel harness children of at least :data:`PART_MIN` cases (one per core at
+most): a child spends most of its time in Python around small kernels, so children side by side
+keep the GPU busy (the H200 acceptance run, benchmarks/gpu.py).  The release is ``--vllm``
 (``mla-spec conform``) / ``--mla-vllm`` (pytest): a version (``0.28.0``), a
 vLLM tree or a ``rocm_aiter_mla.py`` inside one; without it each case runs
 through its own revision's release.
@@ -39,12 +44,14 @@ import ast
 import os
 import time
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from conformance.backends import case_key
 from mla_model.failures import REFUSALS
 
 CHUNK = 256
+PART_MIN = 8  # cases per parallel harness child on a GPU (its start, ~2 s, against ~80 ms a case)
 REPLAY = "conformance.backends.vllm_replay"
 DCP_ENV = {"dcp_ranks": "MLA_SPEC_DCP_RANKS", "inject_fault": "MLA_SPEC_INJECT_FAULT"}
 
@@ -104,6 +111,26 @@ class VllmBackend:
             and case_key(c) not in self.rows
         ][:CHUNK]
 
+    def _execute_pending(self, case: Any, release: str, device: str, kv_len: int) -> None:
+        """The case's chunk; on a GPU, every chunk still pending, in parallel parts (:data:`PART_MIN`)."""
+        if not _parallel(device):
+            self._execute(self._chunk(case, release), release, device, kv_len)
+            return
+        parts, claimed = [], set()
+        for c in [case, *self.pending]:
+            key = case_key(c)
+            if key in self.rows or key in claimed or self._release_of(c) is None:
+                continue
+            chunk = (
+                self._chunk(c, self._release_of(c)) if key != case_key(case) else self._chunk(case, release)
+            )
+            chunk = [x for x in chunk if case_key(x) not in claimed]
+            claimed.update(case_key(x) for x in chunk)
+            n = max(1, min(os.cpu_count() or 1, len(chunk) // PART_MIN))
+            parts += [chunk[len(chunk) * i // n : len(chunk) * (i + 1) // n] for i in range(n)]
+        with ThreadPoolExecutor(max(1, min(len(parts), os.cpu_count() or 1))) as pool:
+            list(pool.map(lambda p: self._execute(p, self._release_of(p[0]), device, kv_len), parts))
+
     def _execute(self, chunk: list[Any], release: str, device: str, kv_len: int) -> None:
         """Run the chunk in one harness child; a case whose shape is a harness fault is noted and left out.
 
@@ -132,7 +159,7 @@ class VllmBackend:
             except HarnessError as e:
                 bad = _faulting_case(str(e), todo)
                 for c in todo if bad is None else [bad]:
-                    self.rows[case_key(c)] = {"_skip": f"harness fault ({code.label}): {e}"[:500]}
+                    self.rows[case_key(c)] = {"_error": f"harness fault ({code.label}): {e}"[:500]}
                 todo = [] if bad is None else [c for c in todo if c is not bad]
                 continue
             seconds = time.time() - started
@@ -162,19 +189,34 @@ class VllmBackend:
             else:
                 key = case_key(case)
                 if key not in self.rows:
-                    self._execute(self._chunk(case, release), release, device, kv_len)
+                    self._execute_pending(case, release, device, kv_len)
                 record.update(judge(self.rows.pop(key)))
-        except Exception as e:  # noqa: BLE001 - a crash of the backend itself is a verdict too
-            record.update(status="CRASH", detail=f"{type(e).__name__}: {e}".splitlines()[0][:500])
+        except Exception as e:  # noqa: BLE001 - the backend itself failed: our fault, not the release's
+            record.update(status="ERROR", detail=f"{type(e).__name__}: {e}".splitlines()[0][:500])
         record["t_case_s"] = time.time() - started
         record["finished_at"] = time.time()
         return record
+
+
+def _not_for_this_gpu(error: str) -> bool:
+    """A release's own Triton kernel that this GPU's Triton refuses to compile (vLLM 0.34.0's gfx942 verify
+    reads fp8 e4m3fnuz, which NVIDIA's Triton has no type for): the kernel cannot run here, a SKIP."""
+    return (
+        "cannot run on this GPU: CompilationError" in error and "not supported in this architecture" in error
+    )
+
+
+def _parallel(device: str) -> bool:
+    """Whether chunks run as parallel harness children (a GPU; on the CPU the harness forks its own)."""
+    return device.startswith("cuda")
 
 
 def judge(row: dict[str, Any]) -> dict[str, Any]:
     """The record fields of one harness row: the status, its detail, and what the release did."""
     if "_skip" in row:
         return {"status": "SKIP", "detail": row["_skip"]}
+    if "_error" in row:
+        return {"status": "ERROR", "detail": row["_error"]}
     calls = row.get("calls") or []
     out: dict[str, Any] = {
         "release": row.get("_release"),
@@ -203,7 +245,11 @@ def judge(row: dict[str, Any]) -> dict[str, Any]:
             )
         return out
     if outcome == "harness_fault":
-        out.update(status="SKIP", detail=f"harness fault, not the release: {row.get('error')}")
+        error = str(row.get("error"))
+        if _not_for_this_gpu(error):
+            out.update(status="SKIP", detail=f"the kernel cannot run on this device: {error}")
+        else:
+            out.update(status="ERROR", detail=f"harness fault, not the release: {error}")
         return out
     missing = [c["replay"]["no_stand_in"] for c in calls if (c.get("replay") or {}).get("no_stand_in")]
     if missing:

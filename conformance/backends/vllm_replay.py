@@ -317,8 +317,8 @@ def _asm(call: dict[str, Any], t: dict[str, Any], st: Any, info: dict[str, Any])
         return lse
     indptr, indices = _row_windows(t["kv_indptr"], t["kv_indices"], rows_of, causal, shard)
     sel = torch.tensor(qrows, device=o.device)
-    out, rows_lse = _compute(
-        qf[sel], k, v, indptr.to(o.device), indices.to(o.device), sm, True, info, lse is not None
+    out, rows_lse = _compute(  # V read unscaled: AITER's Triton decode (one KV for K and V) cannot serve it
+        qf[sel], k, v, indptr.to(o.device), indices.to(o.device), sm, not drops_v, info, lse is not None
     )
     o[sel] = out.to(o.dtype)
     if lse is not None and rows_lse is not None:

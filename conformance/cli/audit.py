@@ -1,10 +1,15 @@
 """``mla-spec audit``: the invariants on several releases' real gates, and each release's executed decode path
-against the model revision that describes it."""
+against the model revision that describes it.
+
+The verdicts are judged like check's: against the expected-verdicts manifest (``--expect``, default the
+bundled one; ``--no-expect`` for raw verdicts).  Exit 0 when every verdict is the expected one and the
+executed paths agree with the model, 1 on a surprise or a disagreement, 3 on an UNKNOWN."""
 
 from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -12,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from conformance.cli.errors import EXIT_VIOLATED, BadInput, exit_for_checks
+from conformance.cli.errors import EXIT_VIOLATED, BadInput, exit_for_checks, exit_for_expectations
 from conformance.cli.options import (
     invariant_option,
     load_revision,
@@ -34,11 +39,13 @@ Examples:
 @click.command("audit", epilog=EXAMPLES)
 @click.option(
     "--vllm",
-    is_flag=True,
-    expose_value=False,
-    help="Accepted for symmetry with check and bind: the arguments are vLLM releases either way.",
+    "named",
+    multiple=True,
+    metavar="RELEASE",
+    help="A vLLM release to audit (repeatable), as check --vllm takes it; releases may also be given as "
+    "arguments: audit --vllm 0.27.1 0.28.0 audits both.",
 )
-@click.argument("releases", nargs=-1, required=True)
+@click.argument("releases", nargs=-1)
 @registry_option(multiple=True, default_help="default: aiter-0.1.20")
 @invariant_option
 @click.option(
@@ -60,20 +67,59 @@ Examples:
     help="Random valid shapes for each release's executed differential against its model revision "
     "(besides the solver-found cases); 0 skips it.",
 )
-def audit_command(releases, registries, invariants, fmt, max_classes, timeout, count) -> None:
-    """Prove the invariants on the real gates of several vLLM releases (release x invariant), and run each
-    release's real decode path against the model revision that describes it."""
+@click.option(
+    "--expect",
+    "manifest_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="Expected-verdicts manifest (default: the bundled spec/proof/expected_verdicts.toml), as check's.",
+)
+@click.option("--no-expect", is_flag=True, help="Raw verdicts: exit 1 on any violation.")
+def audit_command(
+    named, releases, registries, invariants, fmt, max_classes, timeout, count, manifest_path, no_expect
+) -> None:
+    """Prove the invariants on the real gates of several vLLM releases (release x invariant), judged against
+    the expected-verdicts manifest, and run each release's real decode path against the model revision
+    that describes it.  Example: mla-spec audit 0.28.0 0.34.0 --executed 200"""
+    from conformance.cli.check import read_manifest
+    from spec.proof.expectations import BUNDLED, compare
+
+    releases = (*named, *releases)
+    if not releases:
+        raise BadInput("audit needs at least one vLLM release (audit 0.28.0, or --vllm 0.28.0)")
+    if no_expect and manifest_path is not None:
+        raise BadInput("--expect and --no-expect contradict each other; give one")
+    manifest = None if no_expect else read_manifest(manifest_path or BUNDLED)
     targets = [load_revision(r) for r in releases]
     results = check_all(
         targets, registries or ("aiter-0.1.20",), invariants or list(INVARIANT_BY_ID), max_classes, timeout
     )
+    outcomes = None if manifest is None else compare(results, manifest)
+    surprises = [o for o in outcomes or [] if o.surprise]
     executed = _executed(releases, count) if count else {}
     disagree = any(e is not None and e.disagreements for e in executed.values())
     if fmt == "json":
         click.echo(
             json.dumps(
                 {
-                    "results": [r.to_json() for r in results],
+                    "results": [r.to_json() for r in results]
+                    if outcomes is None
+                    else [{**o.result.to_json(), **o.to_json()} for o in outcomes],
+                    **(
+                        {}
+                        if outcomes is None
+                        else {
+                            "as_expected": not surprises,
+                            "surprises": [
+                                {
+                                    "revision": o.result.revision,
+                                    "registry": o.result.registry,
+                                    "invariant": o.result.invariant,
+                                }
+                                for o in surprises
+                            ],
+                        }
+                    ),
                     "executed": {label: e.to_json() if e else None for label, e in executed.items()},
                 },
                 indent=2,
@@ -81,9 +127,17 @@ def audit_command(releases, registries, invariants, fmt, max_classes, timeout, c
         )
     else:
         _table(results, executed)
+        for o in surprises:
+            click.echo(
+                f"! surprise: {o.result.invariant} is {o.result.verdict} on {o.result.revision} "
+                f"({o.result.registry}); the manifest expects "
+                f"{o.expected.verdict if o.expected else 'no row'}"
+            )
     if disagree:
         sys.exit(EXIT_VIOLATED)
-    exit_for_checks(results)
+    if outcomes is None:
+        exit_for_checks(results)
+    exit_for_expectations(outcomes)
 
 
 def _executed(releases: tuple[str, ...], count: int) -> dict[str, Any]:

@@ -16,10 +16,15 @@ for the cases it had not finished, which a rerun runs again.  The cases file is
 read one case at a time, and the results file followed from where it was last
 read, so a million cases need their keys in memory, not their records.
 
-Exit status: 0 when no case is MISMATCH, NAN, CRASH or ERROR; 1 otherwise; 2 for
-bad input (a missing or malformed cases file, an unknown backend or fault, an
-``--out`` that is not ours or was made with other settings, a case past
-``--max-memory``); 130 on SIGINT and 143 on SIGTERM, with how many cases are done.
+Each result is judged like check judges a verdict (:mod:`conformance.expect`): against the status
+its case's class predicts (``expected_outcome``), expected or a surprise (marked ``!``).
+Exit status: 0 when every status is the expected one; 1 naming each surprise (a PASS where a MISMATCH
+was predicted is a detection lost), any ERROR (the harness failed) or a case without a result; 3
+where a case was skipped (nothing compared) and nothing failed; 2 for bad input (a missing or
+malformed cases file, an unknown backend or fault, an ``--out`` that is not ours or was made with
+other settings, a case past ``--max-memory``); 130 on SIGINT and 143 on SIGTERM, with how many cases
+are done.  ``--no-expect`` gives the raw statuses: 1 on any MISMATCH, NAN, CRASH or ERROR, 3 when
+every case was skipped, else 0.
 """
 
 from __future__ import annotations
@@ -104,7 +109,8 @@ def _pytest_command(
 
 
 def summarise(records: list[dict[str, Any]], since: float | None = None) -> dict[str, Any]:
-    """Counts by status and by route path, throughput, and reference against kernel time.
+    """Counts by status and by route path, throughput, reference against kernel time, and (records judged
+    by :func:`conformance.expect.judge`) the surprises.
 
     The rate counts the cases this run ran (finished at or after ``since``, the run's start) over the time
     they took, so a resume is not credited with the cases an earlier run left on disk."""
@@ -129,10 +135,18 @@ def summarise(records: list[dict[str, Any]], since: float | None = None) -> dict
         if kernel and statistics.median(kernel) > 0
         else None,
         "not_passed": [
-            {k: r.get(k) for k in ("key", "status", "path", "detail")}
+            {k: r.get(k) for k in ("key", "status", "path", "detail", "expected")}
             for r in records
             if r["status"] not in ("PASS", "NO_KERNEL")
         ],
+        "surprises": [
+            {k: r.get(k) for k in ("key", "status", "expected", "path", "detail")}
+            for r in records
+            if r.get("verdict") in ("surprise", "error")
+        ],
+        "expected": sum(r.get("verdict") == "expected" for r in records)
+        if any("verdict" in r for r in records)
+        else None,
     }
 
 
@@ -156,11 +170,24 @@ def _print_summary(summary: dict[str, Any], backend: str, console: Console) -> N
             f"median time per case: kernel {summary['median_kernel_ms']:.3f} ms, "
             f"reference {summary['median_reference_ms']:.3f} ms" + (f" ({ratio:.1f}x)" if ratio else "")
         )
+    surprising = {r["key"] for r in summary["surprises"]}
     for r in summary["not_passed"][:20]:
         what = escape(f"{r['key']} ({r['path']}): {r['detail']}")
-        console.print(f"[red]{escape(r['status'])}[/] {what}", soft_wrap=True)
+        mark = "!" if r["key"] in surprising else " "
+        console.print(f"{mark} [red]{escape(r['status'])}[/] {what}", soft_wrap=True)
     if len(summary["not_passed"]) > 20:
         console.print(f"... and {len(summary['not_passed']) - 20} more in the results file")
+    for r in summary["surprises"]:
+        console.print(
+            f"! [bold red]surprise[/] {escape(r['key'])}: {escape(r['status'])}, "
+            f"expected {escape(str(r['expected']))} ({escape(r['path'])})",
+            soft_wrap=True,
+        )
+    if summary.get("expected") is not None:
+        console.print(
+            f"{summary['expected']} of {summary['cases']} statuses as expected, "
+            f"{len(summary['surprises'])} surprise(s)"
+        )
 
 
 EXAMPLES = """\b
@@ -238,6 +265,11 @@ Examples:
     "(estimated from its shape and --kv-len; a number, or with a unit: 16GiB). Default: the memory the "
     "machine has available (MemAvailable).",
 )
+@click.option(
+    "--no-expect",
+    is_flag=True,
+    help="Raw statuses: do not judge each against the status its case's class predicts.",
+)
 @format_option("json")
 def conform_command(
     backend,
@@ -252,6 +284,7 @@ def conform_command(
     dcp_ranks,
     inject_fault,
     max_memory,
+    no_expect,
     fmt,
 ) -> None:
     """Replay cases on a backend against the float32 reference: PASS, MISMATCH, NAN, CRASH, NO_KERNEL,
@@ -556,6 +589,10 @@ def _replay(
     if child.returncode not in (0, 1, DEVICE_LOST_EXIT) and not records:
         tail = log.read_text().strip().splitlines()[-1:] or ["no output"]
         raise click.ClickException(f"pytest exited {child.returncode}: {tail[0]} (log: {log})")
+    if not no_expect:
+        from conformance.expect import judge
+
+        records = judge(records, iter_cases(cases_path), backend, fault, inject_fault)
     summary = summarise(records, since=started)
     summary.update(backend=backend, fault=fault, results=str(out))
     if fmt == "json":
@@ -566,6 +603,15 @@ def _replay(
     missing = len(keys) - len(records)
     if missing:
         click.echo(f"mla-spec: {missing} case(s) have no result; rerun with --out {out} to resume", err=True)
+    if not no_expect:
+        from conformance.expect import exit_status
+
+        for r in summary["surprises"]:
+            click.echo(
+                f"mla-spec: surprise: {r['key']} is {r['status']}, its class predicts {r['expected']}",
+                err=True,
+            )
+        sys.exit(exit_status(records, missing))
     if any(r["status"] in FAILURES for r in records) or missing:
         sys.exit(EXIT_VIOLATED)
     # Every case skipped (a backend that cannot run here): nothing was compared, which is not a pass.

@@ -38,7 +38,7 @@ from typing import Any
 
 import z3
 
-from mla_model.case import Case, case_id, case_seed, expected_route
+from mla_model.case import Case, case_id, case_seed, expected_outcome, expected_route
 from mla_model.decision import decide
 from mla_model.logic import Term
 from mla_model.shape import DCP_WORLD_SIZES, FIELD_BY_NAME, GIB, Shape
@@ -446,6 +446,7 @@ def generate(revision: str, registry: str = "aiter-0.1.20", routes: int = 0) -> 
             p.revision.id,
             p.registry.id,
             case_seed(cid),
+            expected_outcome(p.revision, p.registry, shape),
         )
         for cid, (shape, origins) in by_id.items()
     ]

@@ -154,7 +154,7 @@ def head_map(original: Any, padded: Any, rest_zero: bool = False) -> list[int]:
     for i, k in enumerate(a[0, :, :HEAD_KEY].tolist()):
         by_key.setdefault(tuple(k), []).append(i)
     found = [by_key.get(tuple(k), []) for k in b[0, :, :HEAD_KEY].tolist()]
-    first = torch.tensor([c[0] if c else 0 for c in found], dtype=torch.long)
+    first = torch.tensor([c[0] if c else 0 for c in found], dtype=torch.long, device=a.device)
     if rest_zero:
         differs = ((a[0].index_select(0, first) != b[0]).any(dim=1) | b[1:].any(dim=2).any(dim=0)).tolist()
     else:
