@@ -315,15 +315,24 @@ _COMPARE: dict[type, Callable[[Any, Any], Any]] = {
 
 
 class Function:
-    """An interpreted function: parameters, defaults (evaluated by the interpreter) and a compiled body."""
+    """An interpreted function: parameters, defaults (evaluated by the interpreter) and a compiled body.
+    ``run`` is the call itself (the interpreter's calls take it directly, skipping ``__call__``)."""
 
     def __init__(self, name: str, spec: _Params, body: Callable[[dict], Any]) -> None:
         self.__name__ = self.__qualname__ = name
         self.spec, self.body = spec, body
+        bind, names = spec.bind, tuple(spec.positional)
+        arity = len(names) if spec.plain else -1
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            f = dict(zip(names, args)) if len(args) == arity and not kwargs else bind(name, args, kwargs)
+            r = body(f)
+            return r.value if r is not None else None
+
+        self.run = run
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        r = self.body(self.spec.bind(self.__name__, args, kwargs))
-        return r.value if r is not None else None
+        return self.run(*args, **kwargs)
 
     @property
     def __signature__(self) -> inspect.Signature:
@@ -343,12 +352,10 @@ class Memo:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         key = (args, tuple(kwargs.items())) if kwargs else args
-        try:
-            value = self.memo[key]
-        except KeyError:
-            pass
-        else:
-            self.memo.move_to_end(key)
+        value = self.memo.get(key, _MISSING)
+        if value is not _MISSING:
+            if len(self.memo) > 1:
+                self.memo.move_to_end(key)
             return value
         value = self.fn(*args, **kwargs)
         if self.maxsize != 0:
@@ -709,10 +716,9 @@ class Module:
 
     def global_value(self, name: str) -> Any:
         """A module global, builtin or (on first read) a module constant evaluated now."""
-        try:
-            return self.namespace[name]
-        except KeyError:
-            pass
+        value = self.namespace.get(name, _MISSING)
+        if value is not _MISSING:
+            return value
         run = self.pending.get(name)
         if run is not None and name not in self.evaluating:
             self.evaluating.add(name)
@@ -723,10 +729,10 @@ class Module:
             for other in [k for k, v in self.pending.items() if v is run]:
                 del self.pending[other]
             return self.namespace[name]
-        try:
-            return self.builtins[name]
-        except KeyError:
-            raise NameError(f"name {name!r} is not defined", name=name) from None
+        value = self.builtins.get(name, _MISSING)
+        if value is _MISSING:
+            raise NameError(f"name {name!r} is not defined", name=name)
+        return value
 
     def _class(self, node: ast.ClassDef) -> Class:
         bases = ", ".join(ast.unparse(b) for b in [*node.bases, *node.keywords])
@@ -836,6 +842,9 @@ class Module:
     def _s_Return(self, node: ast.Return, scope: _Scope) -> Callable[[dict], Any]:
         if node.value is None:
             return lambda f: _Ret(None)
+        if isinstance(node.value, ast.Constant):
+            ret = _Ret(node.value.value)  # immutable: one for every return of this constant
+            return lambda f: ret
         ev = self._expr(node.value, scope)
         return lambda f: _Ret(ev(f))
 
@@ -1108,15 +1117,13 @@ class Module:
                 return f[name] if name in f else glob(name)
 
             return class_name
-        if scope.locals is not None and name in scope.locals:
+        if _is_local(name, scope):
 
             def local(f: dict) -> Any:
                 try:
                     return f[name]
                 except KeyError:
-                    raise UnboundLocalError(
-                        f"cannot access local variable {name!r} where it is not associated with a value"
-                    ) from None
+                    raise _unbound(name) from None
 
             return local
         get = self.namespace.get
@@ -1131,7 +1138,12 @@ class Module:
         obj, name, label = self._expr(node.value, scope), node.attr, self.label
 
         def attr(f: dict) -> Any:
-            return get_attribute(obj(f), name, label, node)
+            o = obj(f)
+            if type(o) is Class:  # AiterMLAHelper.<constant or static method>: its members in place
+                v = o.members.get(name, _MISSING)
+                if v is not _MISSING and type(v) is not _ClassMethod:
+                    return v.fn if type(v) is _Static else v
+            return get_attribute(o, name, label, node)
 
         return attr
 
@@ -1184,7 +1196,27 @@ class Module:
         op = _BINARY.get(type(node.op))
         if op is None:
             raise refuse(self.label, node, _CONSTRUCT.get(type(node.op), type(node.op).__name__))
-        a, b = self._expr(node.left, scope), self._expr(node.right, scope)
+        return self._binary(op, node.left, node.right, scope)
+
+    def _binary(self, op: Callable[[Any, Any], Any], left: ast.expr, right: ast.expr, scope: _Scope) -> Any:
+        """``op(left, right)``, with a local or a constant operand read in place (the common gate shapes:
+        ``num_heads >= m``, ``max_qo_len != 1``), so each costs one closure call, not three."""
+        a = self._expr(left, scope)
+        if isinstance(right, ast.Constant):
+            c = right.value
+            name = left.id if isinstance(left, ast.Name) and _is_local(left.id, scope) else None
+            if name is not None:
+
+                def local_const(f: dict) -> Any:
+                    try:
+                        x = f[name]
+                    except KeyError:
+                        raise _unbound(name) from None
+                    return op(x, c)
+
+                return local_const
+            return lambda f: op(a(f), c)
+        b = self._expr(right, scope)
         return lambda f: op(a(f), b(f))
 
     def _e_UnaryOp(self, node: ast.UnaryOp, scope: _Scope) -> Callable[[dict], Any]:
@@ -1228,8 +1260,7 @@ class Module:
         ops = [_COMPARE[type(o)] for o in node.ops]
         rights = [self._expr(c, scope) for c in node.comparators]
         if len(ops) == 1:
-            op, right = ops[0], rights[0]
-            return lambda f: op(left(f), right(f))
+            return self._binary(ops[0], node.left, node.comparators[0], scope)
         pairs = list(zip(ops, rights))
         last = len(pairs) - 1
 
@@ -1266,7 +1297,7 @@ class Module:
         return formatted
 
     def _e_Call(self, node: ast.Call, scope: _Scope) -> Callable[[dict], Any]:
-        if isinstance(node.func, ast.Name) and node.func.id == "getattr" and not _shadowed("getattr", scope):
+        if isinstance(node.func, ast.Name) and node.func.id == "getattr" and not _is_local("getattr", scope):
             # getattr(obj, "public_literal"[, default]): checked at load time (check_subset)
             obj = self._expr(node.args[0], scope)
             name = node.args[1].value  # type: ignore[attr-defined]
@@ -1286,14 +1317,33 @@ class Module:
         fn = self._expr(node.func, scope)
         args = [self._expr(a, scope) for a in node.args]
         kw = [(str(k.arg), self._expr(k.value, scope)) for k in node.keywords]  # no ** (check_subset)
+        # An interpreted function is entered through its run closure; anything else is called as it is.
+        if not kw and not args:
+
+            def call0(f: dict) -> Any:
+                c = fn(f)
+                return c.run() if type(c) is Function else c()
+
+            return call0
+        if not kw and len(args) == 1:
+            a0 = args[0]
+
+            def call1(f: dict) -> Any:
+                c = fn(f)
+                return (c.run if type(c) is Function else c)(a0(f))
+
+            return call1
         if not kw:
-            if len(args) == 1:
-                a0 = args[0]
-                return lambda f: fn(f)(a0(f))
-            return lambda f: fn(f)(*[a(f) for a in args])
+
+            def call_n(f: dict) -> Any:
+                c = fn(f)
+                return (c.run if type(c) is Function else c)(*[a(f) for a in args])
+
+            return call_n
 
         def call(f: dict) -> Any:
-            return fn(f)(*[a(f) for a in args], **{k: v(f) for k, v in kw})
+            c = fn(f)
+            return (c.run if type(c) is Function else c)(*[a(f) for a in args], **{k: v(f) for k, v in kw})
 
         return call
 
@@ -1380,8 +1430,12 @@ def _matches(e: BaseException, kinds: Any) -> bool:
     return isinstance(e, classes)
 
 
-def _shadowed(name: str, scope: _Scope) -> bool:
-    return scope.locals is not None and name in scope.locals
+def _is_local(name: str, scope: _Scope) -> bool:
+    return not scope.class_body and scope.locals is not None and name in scope.locals
+
+
+def _unbound(name: str) -> UnboundLocalError:
+    return UnboundLocalError(f"cannot access local variable {name!r} where it is not associated with a value")
 
 
 class _Scope:
