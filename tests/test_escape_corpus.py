@@ -176,7 +176,12 @@ ATTEMPTS = [
         "import functools as ft\nft.update_wrapper.__globals__['__builtins__']['open']('{S}', 'w')\n",
         "'__globals__'",
     ),
-    ("stub-module-public-walk", "gate", "functools.reduce\n", "reading attribute 'reduce' of a module"),
+    (
+        "stub-module-public-walk",
+        "gate",
+        "functools.reduce\n",
+        "reading attribute 'reduce' of module functools",
+    ),
     ("eval", "gate", "eval(\"open('{S}', 'w')\")\n", "'eval'"),
     ("global-declaration", "gate", "global _box\n", "global"),
     (

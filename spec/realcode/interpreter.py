@@ -200,6 +200,9 @@ RECORD_TYPES: frozenset[Any] = frozenset(
 )
 MATH_NAMES = frozenset({"ceil", "floor", "log2", "sqrt", "gcd", "isqrt", "inf", "prod", "comb"})
 
+# The stub modules' names the code may read outside a decorator (checked at load time as well).
+_MODULE_STUBS = {"math": MATH_NAMES, "functools": frozenset()}
+
 MAX_LITERAL_CHARS = 10_000  # a string or bytes literal longer than this is refused
 MAX_LITERAL_ITEMS = 1_000  # a collection display with more items than this is refused
 MAX_SEQUENCE = 1 << 20  # a sequence repetition, range or format width past this is a runaway
@@ -1489,9 +1492,16 @@ def check_subset(tree: ast.AST, label: str) -> None:
     if stray is not None:
         raise refuse(label, stray, f"a {type(stray).__name__.lower()} outside a loop")
     skip = _annotations(tree)
+    decorators = {
+        id(x) for n in ast.walk(tree) for d in getattr(n, "decorator_list", ()) for x in ast.walk(d)
+    }
     for n in ast.walk(tree):
         if id(n) in skip:
             continue
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and id(n) not in decorators:
+            allowed = _MODULE_STUBS.get(n.value.id)
+            if allowed is not None and n.attr not in allowed:
+                raise refuse(label, n, f"reading attribute {n.attr!r} of module {n.value.id}")
         tp = type(n)
         if tp not in ALLOWED_NODES:
             raise refuse(label, n, _CONSTRUCT.get(tp, f"the construct {tp.__name__}"))

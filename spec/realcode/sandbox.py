@@ -4,15 +4,15 @@ The definitions are evaluated by our own interpreter (:mod:`spec.realcode.interp
 allow-listed subset of Python; Python's ``compile``/``exec``/``eval`` never see the input).
 Its globals are: the taken definitions, the builtins of ``interpreter.BUILTINS``, imports
 answered from the stubbed modules (every other one refused), and the stubs below.  The stubs
-read a :class:`Platform`
-(arch, the ``VLLM_ROCM_AITER_MLA_ASM_PADDING`` mode, the KV dtype rules) that
-the caller sets per shape; its values may be plain or symbolic (see
+read a :class:`Platform` (arch, the ``VLLM_ROCM_AITER_MLA_ASM_PADDING`` mode, the KV dtype
+rules) that the caller sets per shape; its values may be plain or symbolic (see
 :mod:`spec.realcode.symexec`).
 
 Bounded: every call of the real code runs under a deadline (:data:`CALL_LIMIT_S`, which check and bind set
-from ``--timeout``), recursion past Python's limit and an integer ``**`` or ``<<`` whose result would exceed
-:data:`MAX_INT_BITS` bits are stopped, each as :class:`GateRunaway` (a
-:class:`~spec.realcode.symexec.LiftingUnsupported`, so check reports UNKNOWN, exit 3, never a pass).
+from ``--timeout``); recursion past Python's limit, and an integer ``**`` or ``<<``, a repetition, a range
+or a format width past the interpreter's bounds (``interpreter.MAX_INT_BITS``, ``MAX_SEQUENCE``) are
+stopped, each as :class:`GateRunaway` (a :class:`~spec.realcode.symexec.LiftingUnsupported`, so check
+reports UNKNOWN, exit 3, never a pass).
 
 Pitfalls handled (sources §15): every ``lru_cache`` in the namespace
 is cleared before each call (a cached arch answer would leak between shapes);
@@ -38,11 +38,9 @@ from typing import Any
 from mla_model.revisions.dcp_era import AITER_HAS_SEGMENTED_MLA
 from spec.realcode import interpreter
 from spec.realcode.extract import HELPER, STUB_MODULES, Extracted, RefusedCode
-from spec.realcode.interpreter import MAX_INT_BITS, bounded_lshift, bounded_pow
 from spec.realcode.symexec import LiftingUnsupported
 
 CALL_LIMIT_S = 30.0  # seconds one call of a real gate function may take (check/bind: their --timeout)
-__all__ = ["MAX_INT_BITS", "bounded_lshift", "bounded_pow"]  # the interpreter's bounds, named here as before
 
 
 class GateRunaway(LiftingUnsupported):
