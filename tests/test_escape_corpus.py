@@ -300,3 +300,45 @@ def test_a_gate_cannot_catch_the_deadline_or_outlast_it_in_finally(tmp_path):
         cwd=Path(__file__).parent.parent,
     )
     assert done.returncode == 3 and "ran past the 1 s limit" in " ".join(done.stdout.split()), done.stdout
+
+
+ARG_UTILS = """
+class EngineArgs:
+    @classmethod
+    def get_batch_defaults(cls, world_size):
+{body}        device_memory = current_platform.get_device_total_memory()
+        name = current_platform.get_device_name().lower()
+        tokens = {{UsageContext.OPENAI_API_SERVER: 8192}}
+        seqs = {{UsageContext.OPENAI_API_SERVER: 1024 if device_memory >= 160 * GiB_bytes else 256}}
+        return (tokens, seqs)
+"""
+
+
+@pytest.mark.parametrize(
+    "body, needle",
+    [
+        ("", None),
+        (_indent(FRAME_WALK, 8), "a nested definition (_g inside get_batch_defaults)"),
+        (_indent(f"{BUILTINS_OF_GEN}['open']('{{S}}', 'w')", 8), "'gi_frame' of a generator"),
+        (_indent("current_platform.gpu.memory = 0", 8), "'gpu' of a _Platform"),
+    ],
+    ids=["plain", "frame-walk", "generator-frame", "platform-internals"],
+)
+def test_vllms_batch_defaults_beside_the_file_are_interpreted_too(tmp_path, body, needle):
+    """memory's default max_num_seqs reads EngineArgs.get_batch_defaults from the vLLM tree beside the file:
+    the same interpreter evaluates it, and an escape there is refused in one line."""
+    from spec.analyses.memory import ARG_UTILS as RELATIVE
+    from spec.analyses.memory import tree_default_max_num_seqs
+    from spec.realcode.source import SourceError
+
+    sentinel = tmp_path / "pwned"
+    (tmp_path / RELATIVE).parent.mkdir(parents=True)
+    (tmp_path / RELATIVE).write_text(ARG_UTILS.format(body=body.replace("{S}", str(sentinel))))
+    if needle is None:
+        assert tree_default_max_num_seqs(tmp_path, "gfx950") == 1024
+        assert tree_default_max_num_seqs(tmp_path, "gfx942") == 1024
+        return
+    with pytest.raises(SourceError) as refused:
+        tree_default_max_num_seqs(tmp_path, "gfx950")
+    assert not sentinel.exists()
+    assert needle in str(refused.value) and len(str(refused.value).splitlines()) == 1

@@ -8,7 +8,7 @@ scratch it allocates (:mod:`spec.realcode.executed.memory_child`, :mod:`spec.rea
 Both are a function of the threshold (through ``_mtp_decode_qlen``), the padded heads and
 ``max_num_seqs``; nothing here computes them.
 
-The default ``max_num_seqs`` is vLLM's own: the release's ``EngineArgs.get_batch_defaults`` executed
+The default ``max_num_seqs`` is vLLM's own: the release's ``EngineArgs.get_batch_defaults`` evaluated
 with a platform that reports the arch's GPU (:func:`default_max_num_seqs`).
 
 :func:`over_budget` measures every bundled deployment (:mod:`mla_model.deployments`) on both archs for
@@ -141,7 +141,7 @@ def default_max_num_seqs(version: str, arch: str = "gfx950") -> int:
 @cache
 def tree_default_max_num_seqs(root: Path, arch: str = "gfx950") -> int:
     """``max_num_seqs`` when the user gives none to ``vllm serve`` on the arch's GPU: the tree's
-    ``EngineArgs.get_batch_defaults`` executed (its OPENAI_API_SERVER entry), then capped by the default
+    ``EngineArgs.get_batch_defaults`` evaluated (its OPENAI_API_SERVER entry), then capped by the default
     ``max_num_batched_tokens`` as ``_set_default_max_num_seqs_and_batched_tokens_args`` does (0.34.0
     vllm/engine/arg_utils.py L2984-3076, L3214-3271).  The method is evaluated by our own interpreter
     (spec.realcode.interpreter), never by Python's: the tree is as untrusted as the gate file."""
