@@ -143,3 +143,150 @@ def test_vllm_tree_and_installed_package_layouts_resolve(tmp_path):
         target.parent.mkdir(parents=True)
         target.write_text(MINI.read_text())
         assert resolve(str(root)).path == target
+
+
+def test_loaded_gates_are_interpreted_never_python_functions():
+    """Nothing of the file becomes a Python function, code object or frame: the interpreter's own objects."""
+    import types
+
+    from spec.realcode import interpreter
+
+    code = LoadedCode(extract(resolve(str(MINI))))
+    taken = {
+        "AiterMLAHelper",
+        "_gluon_mla_decode_supported",
+        "_aiter_mla_small_head_mode",
+        "mla_spec_builder_init",
+    }
+    assert taken <= set(code.namespace)
+    for name in taken:
+        assert isinstance(
+            code.namespace[name], (interpreter.Class, interpreter.Function, interpreter.Memo)
+        ), name
+    python_code = [
+        v
+        for v in code.namespace.values()
+        if isinstance(v, types.FunctionType) and str(MINI) in v.__code__.co_filename
+    ]
+    assert not python_code and not isinstance(code.helper.use_gluon_decode, types.FunctionType)
+
+
+# Written for this test (trusted): each function's value, run by Python and by the interpreter, must agree.
+SEMANTICS = """
+class Route(Enum):
+    PLAIN = "plain"
+    CPRR = "cprr"
+
+LIMIT = 1 << 4
+CALLS = []
+
+@functools.lru_cache(maxsize=1)
+def memo(x):
+    CALLS.append(x)
+    return x * 2
+
+def chained(a, b, c):
+    return (a < b < c, a < b > c, 0 <= a <= b, a == b == c, a is not None is not False)
+
+def operands(a, b):
+    return (a and b, a or b, not a, a if b else "no", (a or None) is None)
+
+def params(a, b=LIMIT, *rest, c, d=3, **more):
+    return (a, b, rest, c, d, sorted(more.items()))
+
+def loops(n):
+    out, i = [], 0
+    while i < n:
+        i += 1
+        if i == 2:
+            continue
+        if i == 5:
+            break
+        out.append(i)
+    else:
+        out.append("no break")
+    for j in range(3):
+        pass
+    else:
+        out.append(j)
+    return out
+
+def handled(kind):
+    log = []
+    try:
+        try:
+            if kind == 1:
+                raise ValueError("v")
+            if kind == 2:
+                raise KeyError("k")
+            log.append("body")
+        except ValueError as e:
+            log.append(("caught", e.args))
+        else:
+            log.append("else")
+        finally:
+            log.append("finally")
+    except KeyError:
+        log.append("outer")
+    return log
+
+def displays(n):
+    heads = [h for h in (16, 32, 64) if h >= n]
+    pairs = {h: h // 16 for h in heads}
+    first = [h for h in heads if h > 16][:1] if heads else -1
+    return (heads, pairs, {h % 3 for h in heads}, first, any(h > 60 for h in heads), f"{n!r}:{n:>4}|{LIMIT}")
+
+def enums(v):
+    r = Route.CPRR if v > 2 else Route.PLAIN
+    return (r is Route.CPRR, r in (Route.CPRR,), r.value, r.name, [m.value for m in Route])
+
+def arithmetic(a, b):
+    return (a + b, a - b, a * b, a // b, a % b, -a, a ** 2, 1 << b, a / b, a | b, a & b, ~a, max(a, b))
+
+def memoised(x):
+    return (memo(x), memo(x), memo(x + 1), len(CALLS))
+
+def asserting(x):
+    assert x > 0, "positive"
+    return x
+"""
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "chained(1, 2, 3)",
+        "chained(3, 2, 1)",
+        "chained(2, 2, 2)",
+        "operands(0, 5)",
+        "operands(3, '')",
+        "params(1, c=2)",
+        "params(1, 2, 3, 4, c=5, d=6, e=7)",
+        "loops(9)",
+        "loops(1)",
+        "handled(0)",
+        "handled(1)",
+        "handled(2)",
+        "displays(20)",
+        "displays(100)",
+        "enums(3)",
+        "enums(1)",
+        "arithmetic(7, 3)",
+        "arithmetic(-7, 2)",
+        "memoised(4)",
+        "asserting(2)",
+    ],
+)
+def test_the_interpreter_computes_what_python_computes(call):
+    import ast
+    import enum
+    import functools
+
+    from spec.realcode import interpreter
+
+    python: dict = {"Enum": enum.Enum, "functools": functools}
+    exec(compile(SEMANTICS, "<trusted test text>", "exec"), python)  # noqa: S102 - our own text
+    ours = interpreter.Module(ast.parse(SEMANTICS), "semantics", {"functools": functools}, None).namespace
+    fn, args = call.split("(", 1)
+    expected = eval(f"f({args}", {"f": python[fn]})  # noqa: S307 - our own text
+    assert eval(f"f({args}", {"f": ours[fn]}) == expected  # noqa: S307

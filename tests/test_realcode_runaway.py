@@ -17,6 +17,8 @@ RUNAWAYS = {
     "loop": "        while True:\n            pass\n",
     "huge-power": "        m = m + 0 * (3 ** (10 ** 12))\n",
     "huge-shift": "        m = m + 0 * (1 << (10 ** 12))\n",
+    "huge-repeat": "        m = m + 0 * len('A' * (10 ** 12))\n",
+    "huge-range": "        m = m + 0 * len(list(range(10 ** 12)))\n",
     "recursion": "        AiterMLAHelper.use_gluon_decode(num_heads, max_qo_len, kv_cache_dtype)\n",
 }
 
@@ -46,9 +48,12 @@ def test_check_stops_a_runaway_gate_and_reports_unknown(runaway_file, kind):
     assert r.returncode == 3, r.stdout + r.stderr
     flat = " ".join(r.stdout.split())
     assert "UNKNOWN" in flat
-    assert {"loop": "ran past the 2 s limit", "recursion": "recurses past Python's limit"}.get(
-        kind, "a number past 65536 bits"
-    ) in flat
+    assert {
+        "loop": "ran past the 2 s limit",
+        "recursion": "recurses past Python's limit",
+        "huge-repeat": "repeat a str 1000000000000 times, past 1048576 items",
+        "huge-range": "a range of 1000000000000 items, past 1048576",
+    }.get(kind, "a number past 65536 bits") in flat
 
 
 def test_bind_stops_a_looping_gate_in_the_bounded_comparison_and_exits_3(runaway_file):
@@ -60,12 +65,17 @@ def test_bind_stops_a_looping_gate_in_the_bounded_comparison_and_exits_3(runaway
     assert "use_gluon_decode (bounded):" in flat and "ran past the 2 s limit" in flat
 
 
-def test_a_plain_power_in_the_gates_still_computes():
-    from spec.realcode.sandbox import MAX_INT_BITS, GateRunaway, bounded_pow
+def test_plain_powers_repetitions_and_ranges_in_the_gates_still_compute():
+    from spec.realcode.interpreter import MAX_INT_BITS, MAX_SEQUENCE, bounded_mul, bounded_pow, bounded_range
+    from spec.realcode.sandbox import GateRunaway
 
     assert bounded_pow(2, 10) == 1024 and bounded_pow(576, -0.5) == 576**-0.5
-    with pytest.raises(GateRunaway):
-        bounded_pow(2, MAX_INT_BITS + 1)
+    assert (
+        bounded_mul("ab", 3) == "ababab" and bounded_mul(3, 4) == 12 and len(bounded_range(MAX_SEQUENCE)) > 0
+    )
+    for runaway in (lambda: bounded_pow(2, MAX_INT_BITS + 1), lambda: bounded_mul([0], MAX_SEQUENCE + 1)):
+        with pytest.raises(GateRunaway):
+            runaway()
 
 
 def test_audit_stops_a_looping_gate_within_its_timeout_too(runaway_file):

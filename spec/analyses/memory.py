@@ -8,7 +8,7 @@ scratch it allocates (:mod:`spec.realcode.executed.memory_child`, :mod:`spec.rea
 Both are a function of the threshold (through ``_mtp_decode_qlen``), the padded heads and
 ``max_num_seqs``; nothing here computes them.
 
-The default ``max_num_seqs`` is vLLM's own: the release's ``EngineArgs.get_batch_defaults`` executed
+The default ``max_num_seqs`` is vLLM's own: the release's ``EngineArgs.get_batch_defaults`` evaluated
 with a platform that reports the arch's GPU (:func:`default_max_num_seqs`).
 
 :func:`over_budget` measures every bundled deployment (:mod:`mla_model.deployments`) on both archs for
@@ -31,7 +31,7 @@ from typing import Any
 
 from mla_model.deployments import Deployment, deployments
 from mla_model.shape import ARCHS, Shape
-from spec.realcode import cache_io, source
+from spec.realcode import cache_io, interpreter, source
 from spec.realcode.aiter_sizing import DEFAULT_AITER, AiterCode, aiter_code
 from spec.realcode.executed.harness import (
     NEEDS_TORCH,
@@ -41,7 +41,10 @@ from spec.realcode.executed.harness import (
     release_code,
     run_module,
 )
+from spec.realcode.extract import RefusedCode
+from spec.realcode.sandbox import CALL_LIMIT_S, deadline
 from spec.realcode.source import SourceError, cache_dir
+from spec.realcode.symexec import LiftingUnsupported
 
 # What vLLM's platform reports for each arch's GPU, which get_batch_defaults reads: the device name and its
 # memory (AMD Instinct MI300X: 192 GB HBM3; MI355X: 288 GB HBM3E; sources §58).
@@ -138,9 +141,10 @@ def default_max_num_seqs(version: str, arch: str = "gfx950") -> int:
 @cache
 def tree_default_max_num_seqs(root: Path, arch: str = "gfx950") -> int:
     """``max_num_seqs`` when the user gives none to ``vllm serve`` on the arch's GPU: the tree's
-    ``EngineArgs.get_batch_defaults`` executed (its OPENAI_API_SERVER entry), then capped by the default
+    ``EngineArgs.get_batch_defaults`` evaluated (its OPENAI_API_SERVER entry), then capped by the default
     ``max_num_batched_tokens`` as ``_set_default_max_num_seqs_and_batched_tokens_args`` does (0.34.0
-    vllm/engine/arg_utils.py L2984-3076, L3214-3271)."""
+    vllm/engine/arg_utils.py L2984-3076, L3214-3271).  The method is evaluated by our own interpreter
+    (spec.realcode.interpreter), never by Python's: the tree is as untrusted as the gate file."""
     path = root / ARG_UTILS
     try:
         tree = ast.parse(path.read_text())
@@ -164,9 +168,19 @@ def tree_default_max_num_seqs(root: Path, arch: str = "gfx950") -> int:
     fn.body = [s for s in fn.body if not isinstance(s, (ast.Import, ast.ImportFrom))]
     usage = SimpleNamespace(LLM_CLASS="LLM_CLASS", OPENAI_API_SERVER="OPENAI_API_SERVER", ENGINE_CONTEXT="E")
     platform = _Platform(arch)
-    namespace: dict[str, Any] = {"current_platform": platform, "UsageContext": usage, "GiB_bytes": 1 << 30}
-    exec(compile(ast.fix_missing_locations(ast.Module([fn], [])), str(path), "exec"), namespace)  # noqa: S102
-    tokens, seqs = namespace["get_batch_defaults"](None, 1)
+    stubs: dict[str, Any] = {"current_platform": platform, "UsageContext": usage, "GiB_bytes": 1 << 30}
+
+    def no_import(name: str, node: ast.AST, top: bool) -> Any:
+        raise RefusedCode(
+            f"{path}: get_batch_defaults imports {name!r}, which the interpreter does not answer"
+        )
+
+    try:
+        with deadline(CALL_LIMIT_S, f"{path}: get_batch_defaults"):
+            module = interpreter.Module(ast.Module([fn], []), str(path), stubs, no_import)
+            tokens, seqs = module.namespace["get_batch_defaults"](None, 1)
+    except (LiftingUnsupported, RecursionError, NameError, AttributeError, TypeError) as e:
+        raise SourceError(f"{path}: cannot evaluate EngineArgs.get_batch_defaults: {e}") from None
     if platform.asked != {"memory", "name"}:  # its try/except would have fallen back to the small tier
         raise SourceError(f"{root}: get_batch_defaults did not read the GPU's memory and name")
     return int(min(seqs[usage.OPENAI_API_SERVER], tokens[usage.OPENAI_API_SERVER]))

@@ -16,10 +16,11 @@ What is taken (sources §15 lists what each release needs):
 * where a release has no ``use_gluon_verify`` (0.27), the inline verify test
   of ``forward_mqa``.
 
-Everything taken is checked before it is executed: a free name must be
+Everything taken is checked before it is interpreted: a free name must be
 defined by the taken code or be one of the sandbox's stubs, an import must be
-of a stubbed module, and no dunder attribute may be touched.  Anything else is
-refused with an error that names it.
+of a stubbed module, and no dunder attribute may be touched; the interpreter
+(spec.realcode.interpreter) then refuses every construct outside its
+allow-listed subset.  Anything else is refused with an error that names it.
 """
 
 from __future__ import annotations
@@ -108,7 +109,6 @@ SAFE_BUILTIN_NAMES = frozenset(
         "sum",
         "tuple",
         "zip",
-        "type",
         "staticmethod",
         "classmethod",
         "property",
@@ -210,8 +210,8 @@ def _check_safe(label: str, where: str, node: ast.AST) -> None:
 def _defined_at_module(tree: ast.Module) -> dict[str, ast.stmt]:
     out: dict[str, ast.stmt] = {}
     for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-            out[node.name] = node
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out[node.name] = node  # an async def is taken only to be refused by name (the interpreter)
         elif isinstance(node, ast.Assign):
             for t in node.targets:
                 if isinstance(t, ast.Name):

@@ -1,16 +1,18 @@
-"""Execute the extracted gate definitions against platform stubs, and call them.
+"""Interpret the extracted gate definitions against platform stubs, and call them.
 
-The namespace the code runs in has only: the taken definitions, a small set of
-pure builtins, an ``__import__`` that answers the stubbed modules and refuses
-every other one, and the stubs below.  The stubs read a :class:`Platform`
-(arch, the ``VLLM_ROCM_AITER_MLA_ASM_PADDING`` mode, the KV dtype rules) that
-the caller sets per shape; its values may be plain or symbolic (see
+The definitions are evaluated by our own interpreter (:mod:`spec.realcode.interpreter`: an
+allow-listed subset of Python; Python's ``compile``/``exec``/``eval`` never see the input).
+Its globals are: the taken definitions, the builtins of ``interpreter.BUILTINS``, imports
+answered from the stubbed modules (every other one refused), and the stubs below.  The stubs
+read a :class:`Platform` (arch, the ``VLLM_ROCM_AITER_MLA_ASM_PADDING`` mode, the KV dtype
+rules) that the caller sets per shape; its values may be plain or symbolic (see
 :mod:`spec.realcode.symexec`).
 
 Bounded: every call of the real code runs under a deadline (:data:`CALL_LIMIT_S`, which check and bind set
-from ``--timeout``), recursion past Python's limit and an integer ``**`` or ``<<`` whose result would exceed
-:data:`MAX_INT_BITS` bits are stopped, each as :class:`GateRunaway` (a
-:class:`~spec.realcode.symexec.LiftingUnsupported`, so check reports UNKNOWN, exit 3, never a pass).
+from ``--timeout``); recursion past Python's limit, and an integer ``**`` or ``<<``, a repetition, a range
+or a format width past the interpreter's bounds (``interpreter.MAX_INT_BITS``, ``MAX_SEQUENCE``) are
+stopped, each as :class:`GateRunaway` (a :class:`~spec.realcode.symexec.LiftingUnsupported`, so check
+reports UNKNOWN, exit 3, never a pass).
 
 Pitfalls handled (sources §15): every ``lru_cache`` in the namespace
 is cleared before each call (a cached arch answer would leak between shapes);
@@ -20,12 +22,9 @@ their signatures (they grow across releases).
 """
 
 from __future__ import annotations
-import __future__
 
 import ast
-import builtins
 import contextlib
-import copy
 import functools
 import inspect
 import math
@@ -37,11 +36,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from mla_model.revisions.dcp_era import AITER_HAS_SEGMENTED_MLA
-from spec.realcode.extract import HELPER, SAFE_BUILTIN_NAMES, STUB_MODULES, Extracted, RefusedCode
+from spec.realcode import interpreter
+from spec.realcode.extract import HELPER, STUB_MODULES, Extracted, RefusedCode
 from spec.realcode.symexec import LiftingUnsupported
 
 CALL_LIMIT_S = 30.0  # seconds one call of a real gate function may take (check/bind: their --timeout)
-MAX_INT_BITS = 1 << 16  # a gate computes routing values; an integer this wide is a runaway computation
 
 
 class GateRunaway(LiftingUnsupported):
@@ -108,46 +107,6 @@ def alarm_handler() -> Iterator[None]:
         signal.signal(signal.SIGALRM, _HANDLER.pop())
 
 
-def _int_bits(x: Any) -> int:
-    return x.bit_length() if isinstance(x, int) and not isinstance(x, bool) else 0
-
-
-def bounded_pow(base: Any, exp: Any) -> Any:
-    """``base ** exp``, refused where two plain integers would make a number past MAX_INT_BITS bits."""
-    if _int_bits(exp) and exp > 0 and _int_bits(base) > 1 and (_int_bits(base) - 1) * exp > MAX_INT_BITS:
-        raise GateRunaway(f"the gates compute {base} ** {exp}, a number past {MAX_INT_BITS} bits")
-    return base**exp
-
-
-def bounded_lshift(value: Any, shift: Any) -> Any:
-    if _int_bits(shift) and _int_bits(value) + shift > MAX_INT_BITS:
-        raise GateRunaway(f"the gates compute {value} << {shift}, a number past {MAX_INT_BITS} bits")
-    return value << shift
-
-
-class _BoundArithmetic(ast.NodeTransformer):
-    """``a ** b`` and ``a << b`` in the release's gates become calls that refuse runaway sizes."""
-
-    CALLS = {ast.Pow: "__mla_spec_pow__", ast.LShift: "__mla_spec_lshift__"}
-
-    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
-        self.generic_visit(node)
-        name = self.CALLS.get(type(node.op))
-        if name is None:
-            return node
-        call = ast.Call(ast.Name(name, ast.Load()), [node.left, node.right], [])
-        return ast.copy_location(call, node)
-
-    def visit_AugAssign(self, node: ast.AugAssign) -> ast.AST:
-        self.generic_visit(node)
-        name = self.CALLS.get(type(node.op))
-        if name is None or not isinstance(node.target, ast.Name):
-            return node
-        load = ast.Name(node.target.id, ast.Load())
-        value = ast.Call(ast.Name(name, ast.Load()), [load, node.value], [])
-        return ast.copy_location(ast.Assign([node.target], value), node)
-
-
 @dataclass
 class Platform:
     """What the stubs answer: set before each call (plain values or symbolic ones)."""
@@ -178,7 +137,7 @@ def _is_quantized_kv_cache(kv_cache_dtype: Any) -> Any:
 
 
 class LoadedCode:
-    """The executed definitions of one rocm_aiter_mla.py, callable under a Platform."""
+    """The interpreted definitions of one rocm_aiter_mla.py, callable under a Platform."""
 
     def __init__(
         self, extracted: Extracted, platform: Platform | None = None, builtins_override: dict | None = None
@@ -199,7 +158,7 @@ class LoadedCode:
         segmented = (
             types.SimpleNamespace(mla_decode_fwd=_segmented_mla_decode) if AITER_HAS_SEGMENTED_MLA else None
         )
-        modules = {
+        modules: dict[str, Any] = {
             "aiter.ops.triton.attention.mla": segmented,
             "vllm.envs": envs,
             "vllm.platforms.rocm": rocm,
@@ -209,21 +168,15 @@ class LoadedCode:
             "math": math,
         }
 
-        def stub_import(name, globals=None, locals=None, fromlist=(), level=0):
+        def stub_import(name: str, node: ast.AST, top: bool) -> Any:
+            """The stub of module ``name`` (its top-level package's where ``top``: ``import a.b``)."""
             if name == "aiter.jit.core":
                 raise ImportError("mla-spec sandbox: AITER sources are not available (native H24 off)")
             if name not in STUB_MODULES or modules.get(name) is None:
                 raise ImportError(f"mla-spec sandbox: import of {name!r} refused")
-            return modules[name] if fromlist else modules[name.split(".")[0]]
+            return modules[name.split(".")[0]] if top else modules[name]
 
-        safe = {n: getattr(builtins, n) for n in SAFE_BUILTIN_NAMES if hasattr(builtins, n)}
-        safe.update(builtins_override or {})
-        safe["__import__"] = stub_import
-        safe["getattr"] = _public_getattr
-        safe["__build_class__"] = builtins.__build_class__
-        self.namespace: dict[str, Any] = {
-            "__builtins__": safe,
-            "__name__": "mla_spec_sandbox",
+        stubs: dict[str, Any] = {
             "functools": functools,
             "math": math,
             "logger": _Logger(),
@@ -238,28 +191,21 @@ class LoadedCode:
             "get_cdna_version": rocm.get_cdna_version,
             # vllm/utils/math_utils.py L37-39 (0.33.0): the lowest set bit
             "largest_power_of_2_divisor": lambda n: n & (-n),
-            "__mla_spec_pow__": bounded_pow,
-            "__mla_spec_lshift__": bounded_lshift,
         }
-        from enum import Enum
-
-        self.namespace["Enum"] = Enum
-        module = ast.fix_missing_locations(_BoundArithmetic().visit(copy.deepcopy(extracted.module)))
-        code = compile(
-            module,
-            f"<{self.label}: extracted gates>",
-            "exec",
-            flags=__future__.annotations.compiler_flag,
-            dont_inherit=True,
-        )
         try:
-            exec(code, self.namespace)  # only the extracted, checked definitions run here
+            with deadline(CALL_LIMIT_S, f"{self.label}: defining the gates"):
+                self.module = interpreter.Module(
+                    extracted.module, self.label, stubs, stub_import, builtins_override
+                )
+        except RecursionError:
+            raise GateRunaway(f"{self.label}: defining the gates recurses past Python's limit") from None
         except NameError as e:
             raise RefusedCode(
                 f"{self.label}: defining the gates needs {e.name!r}, which is outside the stub set"
             ) from None
+        self.namespace = self.module.namespace  # the interpreted module's globals
         self.helper = self.namespace[HELPER]
-        self._caches = [v for v in self.namespace.values() if hasattr(v, "cache_clear")]
+        self._caches = [v for v in self.namespace.values() if isinstance(v, interpreter.Memo)]
         self._params: dict[str, tuple[str, ...]] = {}
         self._cached_for: Any = None  # the platform the lru_caches were filled under
 
@@ -349,14 +295,6 @@ class _Envs:
                 "declares its default"
             )
         return self._platform.dcp_verify
-
-
-def _public_getattr(obj: Any, name: str, *default: Any) -> Any:
-    """``getattr`` for the real code's ``getattr(kv_cache_spec, "cache_dtype_str", None)``: public names
-    only, so no dunder reaches the sandbox's objects."""
-    if not isinstance(name, str) or name.startswith("_"):
-        raise RefusedCode(f"the gate code reads attribute {name!r} by getattr, which the sandbox refuses")
-    return getattr(obj, name, *default)
 
 
 def _segmented_mla_decode(*args: Any, **kwargs: Any) -> Any:
