@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from conformance.backends import case_key
 from conformance.cli.conform import conform_command
 from conformance.expect import exit_status, judge, predicted
+from conformance.results_file import run_settings, settings_record
 from mla_model.case import read_cases, write_cases
 
 GENERATED = Path(__file__).parent / "generated"
@@ -79,7 +80,9 @@ def _conform(tmp_path: Path, statuses: dict[str, str], *extra: str):
     path = tmp_path / "cases.jsonl"
     write_cases(cases, path)
     out = tmp_path / "results.jsonl"
-    out.write_text("".join(json.dumps(_record(c, statuses.get(case_key(c), "CRASH"))) + "\n" for c in cases))
+    settings = settings_record(run_settings("vllm", "cpu", vllm="0.27.1"))  # the run resumed
+    records = [settings] + [_record(c, statuses.get(case_key(c), "CRASH")) for c in cases]
+    out.write_text("".join(json.dumps(r) + "\n" for r in records))
     result = CliRunner().invoke(
         conform_command,
         [
