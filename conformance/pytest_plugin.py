@@ -115,7 +115,7 @@ def pytest_configure(config: pytest.Config) -> None:
     except ValueError as e:
         raise pytest.UsageError(f"--mla-cases {e}") from None
     try:
-        stale = [] if _checked_by_parent(config.getoption("--mla-results")) else stale_cases(parsed)
+        stale = [] if _checked_by_parent(config, config.getoption("--mla-results")) else stale_cases(parsed)
     except KeyError as e:  # a case of a revision or registry that mla-spec does not know (as conform says)
         raise pytest.UsageError(f"--mla-cases {cases}: {e.args[0]}") from None
     if stale:  # replaying a route the model no longer takes would pass or fail the wrong thing
@@ -156,7 +156,7 @@ def _writer(config: pytest.Config, results: Path, cases: Path) -> Any:
     from conformance import results_file
     from conformance.backends.vllm import DCP_ENV
 
-    if os.environ.get("PYTEST_XDIST_WORKER"):
+    if _xdist_worker(config):
         return results_file.Writer(results, None)
     settings = results_file.run_settings(
         config.getoption("--mla-backend"),
@@ -182,12 +182,20 @@ def _writer(config: pytest.Config, results: Path, cases: Path) -> Any:
         raise pytest.UsageError(str(e)) from None
 
 
-def _checked_by_parent(results: str | None) -> bool:
+def _xdist_worker(config: pytest.Config) -> str | None:
+    """This process's xdist worker id (``gw0``...), None outside xdist.  Read from the config xdist gives its
+    workers, not from ``PYTEST_XDIST_WORKER``: a pytest started inside an xdist worker (a test of this
+    plugin, say) inherits that variable without being a worker."""
+    workerinput = getattr(config, "workerinput", None)
+    return workerinput["workerid"] if workerinput else None
+
+
+def _checked_by_parent(config: pytest.Config, results: str | None) -> bool:
     """Whether the run that launched this pytest (conform, or the xdist controller) checked the cases already:
     it holds the results file's lock.  Its checks are not repeated (a million cases take minutes)."""
     if not results:
         return False
-    if os.environ.get("PYTEST_XDIST_WORKER"):
+    if _xdist_worker(config):
         return True
     from conformance import results_file
 
@@ -269,7 +277,7 @@ class CaseItem(pytest.Item):
             settings["done"] = log.done(settings["backend"], settings["fault"])
         if log is not None and self.name in settings["done"]:
             pytest.skip(f"already recorded in {log.path}")
-        worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+        worker = _xdist_worker(self.config) or ""
         device = runner.resolve_device(
             settings["device"], int(worker[2:]) if worker.startswith("gw") else None
         )
