@@ -130,3 +130,19 @@ def test_the_committed_cases_predict_what_the_release_does(case_id, status):
     assert case.expected_outcome["status"] == status
     record = run_case(case, load_backend("model"), "cpu", 16)
     assert record["status"] == status, record["detail"]
+
+
+def test_the_manifest_and_the_readme_expect_it_on_0_32_to_0_34_only():
+    from conformance import docgen
+    from mla_model.revisions import REVISIONS
+    from spec.proof.expectations import load_manifest
+
+    manifest = load_manifest()
+    for revision in REVISIONS:
+        for registry in ("aiter-0.1.19", "aiter-0.1.20"):
+            row = manifest.expectation(revision, registry, ROUND_TRIPS.id)
+            assert row is not None
+            wanted = VIOLATED if revision in ("vllm-0.32", "vllm-0.33", "vllm-0.34") else PROVED
+            assert row.verdict == wanted, (revision, registry)
+    readme = " ".join((docgen.REPO / "README.md").read_text().split())
+    assert "0.32-0.34 `head-padding-round-trips`" in readme

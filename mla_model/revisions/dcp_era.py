@@ -13,7 +13,9 @@ a round-robin shard of the KV cache and decodes all DCP-gathered heads; the MLA
 layer merges the ranks' outputs by their LSE (vLLM 0.34.0 rocm_aiter_mla.py
 L560-589, mla_attention.py L1170-1171 ``assert lse is not None``).  A batch
 takes one DCP route (:data:`mla_model.route.DCP_ROUTES`): PLAIN for one token or
-a non-causal block, CPRR (AITER's round-robin ASM kernel, gfx950, 0.33.0 on),
+a non-causal block, CPRR (AITER's round-robin ASM kernel, gfx950, by default
+from 0.32.0; it cuts its output back to the first heads, which is wrong after a
+repeat_interleave pad: :func:`asm_query_heads`, sources §61),
 TRITON (vLLM's split-KV Triton verify, gfx942, 0.33.0 on) or SEGMENTED
 (AITER's segmented Triton MLA); 0.29/0.30 have only the segmented flag and
 raise for any other DCP multi-token step.  See :func:`dcp_route`.
