@@ -17,9 +17,10 @@ route's data path the way the routed kernel would:
   query padded to the kernel's head count (``get_mla_padded_q``:
   repeat_interleave for divisors, tile-and-slice otherwise) and to the
   kernel's qlen, fp8 dequantised in-kernel with ``q_scale``/``kv_scale``,
-  split-KV with AITER's split count, a log-sum-exp reduce, then the matching
-  unpad.  Non-persistent multi-token output is zero-filled first (vLLM 0.28.0
-  L1325).
+  split-KV with AITER's split count, a log-sum-exp reduce, then the route's
+  unpad (``Route.head_unpad``: get_mla_unpadded_o's, or the CPRR route's prefix
+  cut, which does not undo a repeat_interleave pad; sources §61).
+  Non-persistent multi-token output is zero-filled first (vLLM 0.28.0 L1325).
 
 Where the routed stack has no kernel (AITER's "cannot get heuristic kernel",
 a ``get_block_n_fp8`` KeyError, a ``mla_gluon`` assert, vLLM raising before
@@ -42,7 +43,7 @@ from mla_model.decision import Decision
 from mla_model.failures import first_failure
 from mla_model.reference import HEAD_DIM, V_HEAD_DIM, DecodeInputs, PagedKV, row_kv_lens
 from mla_model.registry import Registry
-from mla_model.route import ASM_PATHS, GLUON_PATHS
+from mla_model.route import ASM_PATHS, GLUON_PATHS, UNPAD_OF_PADDING
 
 FAULTS = {
     "fp8-read-as-bf16": "the fp8 cache's bytes are read by a kernel that only reads bf16 (the pre-#51011 "
@@ -85,11 +86,18 @@ def pad_heads(q: torch.Tensor, heads: int, m: int, padding: str) -> torch.Tensor
 
 def unpad_heads(o: torch.Tensor, heads: int, m: int, padding: str) -> torch.Tensor:
     """``get_mla_unpadded_o``: the stride slice undoes repeat_interleave, the prefix undoes the tile."""
-    if padding == "none":
-        return o
-    if padding == "repeat_interleave":
+    return cut_heads(o, heads, m, UNPAD_OF_PADDING[padding])
+
+
+def cut_heads(o: torch.Tensor, heads: int, m: int, unpad: str) -> torch.Tensor:
+    """The kernel's ``m`` output heads cut back to ``heads`` as ``unpad`` says
+    (:data:`mla_model.route.HEAD_UNPADS`): every ``(m // heads)``-th, the first ``heads`` (also the CPRR
+    route's ``o[:, :heads]`` whatever the padding, vLLM 0.34.0 L3705-3709; sources §61), or all."""
+    if unpad == "stride":
         return o[:, :: m // heads, :]
-    return o[:, :heads, :]
+    if unpad == "prefix":
+        return o[:, :heads, :]
+    return o
 
 
 def as_kernel_heads(q: torch.Tensor, m: int) -> torch.Tensor:
@@ -291,9 +299,9 @@ def emulate(
         return o.reshape(R * Q, H, V_HEAD_DIM).to(torch.bfloat16), {"splits": splits, "kv_scale": kv_scale}
 
     m, qk = int(route.request.padded_heads), int(route.request.kernel_qlen)
-    padding = route.head_padding
+    padding, unpad = route.head_padding, route.head_unpad
     if fault == "repeat-pad-non-divisor":
-        padding = "repeat_interleave"
+        padding, unpad = "repeat_interleave", "stride"
     persistent = bool(decision.asm.persistent)
     total_kv = int(seq_lens.sum())
     if persistent:
@@ -317,7 +325,7 @@ def emulate(
     covered = qk - 1 if fault == "metadata-short-qlen" else qk
     o[:, :covered] = written[:, :covered].to(torch.bfloat16)
     o = unpad_qlen(o.view(R * qk, m, V_HEAD_DIM), R, Q, qk)
-    return unpad_heads(o, H, m, padding), {
+    return cut_heads(o, H, m, unpad), {
         "splits": splits,
         "kv_scale": kv.scale,
         "padded_heads": m,

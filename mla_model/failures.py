@@ -14,7 +14,8 @@ counterexample views (:mod:`spec.proof.views`), the sentences ``check`` and
 (:mod:`mla_model.emulation`), the executing harness's AITER stand-in (which
 raises the exception itself), and conform's classification (a refusal of the
 request is NO_KERNEL, anything else a CRASH).  A step that runs can still go wrong:
-:data:`WRONG_OUTPUTS` (a known-wrong kernel, Gluon's ``kv_scale=1.0`` or its 2 GiB bound) and
+:data:`WRONG_OUTPUTS` (a known-wrong kernel, Gluon's ``kv_scale=1.0`` or its 2 GiB bound, vLLM cutting the
+wrong heads off the padded output) and
 :data:`PERFORMANCE_LOSSES` (a persistent schedule planned and lost); :func:`symptom_of` names the first
 of all these on one step, the symptom kind check's JSON carries per counterexample (crash, which
 exception raised where; silent wrong output; performance only).  Sources: aiter/mla.py
@@ -387,6 +388,34 @@ def known_wrong_text(d: Decision, reg: Registry) -> str:
     )
 
 
+def unpad_recovers_heads(d: Decision) -> Term:
+    """forward_mqa's cut of the ASM output (and LSE) undoes get_mla_padded_q: head ``i`` of what comes back
+    is the kernel's output for query head ``i``.  True where nothing was padded; else the stride slice after
+    repeat_interleave, the prefix after the tile (the CPRR route's ``o[:, :heads]`` after repeat_interleave
+    is neither; sources §61)."""
+    r = d.route
+    return any_of(
+        eq(r.head_padding, "none"),
+        all_of(eq(r.head_padding, "repeat_interleave"), eq(r.head_unpad, "stride")),
+        all_of(eq(r.head_padding, "tile"), eq(r.head_unpad, "prefix")),
+    )
+
+
+def unpad_text(d: Decision, reg: Registry) -> str:
+    """Which heads come back on a step whose unpad does not undo its padding, for a concrete step."""
+    r = d.route
+    h, m = int(r.decode_heads), int(r.padded_q_heads)
+    kept = {"stride": f"o[:, ::{m // h if h else 0}]", "prefix": f"o[:, :{h}]", "none": "o"}[r.head_unpad]
+    text = f"{r.head_padding} pads {h} heads to {m} and forward_mqa keeps {kept} of the output and the LSE"
+    if r.head_padding == "repeat_interleave" and r.head_unpad == "prefix" and h:
+        rep = m // h
+        wrong = sum(1 for i in range(h) if i // rep != i)
+        text += (
+            f": head i comes back as query head i // {rep}'s attention, wrong for {wrong} of the {h} heads"
+        )
+    return text
+
+
 WRONG_OUTPUTS: tuple[Effect, ...] = (
     Effect(
         "gluon_kv_scale",
@@ -421,6 +450,12 @@ WRONG_OUTPUTS: tuple[Effect, ...] = (
         SILENT_WRONG_OUTPUT,
         lambda d: all_of(d.on_asm, any_of(*d.known_wrong)),
         known_wrong_text,
+    ),
+    Effect(  # the last thing forward_mqa does on an ASM path: cut the padded heads off (sources §61)
+        "head_unpad",
+        SILENT_WRONG_OUTPUT,
+        lambda d: all_of(d.on_asm, not_(unpad_recovers_heads(d))),
+        unpad_text,
     ),
 )
 

@@ -35,6 +35,13 @@ DCP_ROUTES = ("plain", "segmented", "cprr", "triton")
 
 # How get_mla_padded_q brings the query to the kernel's head count.
 HEAD_PADDINGS = ("none", "repeat_interleave", "tile")
+# How forward_mqa cuts the kernel's output (and LSE) back to the decode heads: nothing, every (m // h)-th
+# head (get_mla_unpadded_o's stride slice), or the first h heads (its prefix, and the CPRR route's own
+# ``o[:, :h]``; sources §61).
+HEAD_UNPADS = ("none", "stride", "prefix")
+# The unpad that undoes each padding: what get_mla_unpadded_o does after get_mla_padded_q (0.28.0 L877-906,
+# 0.34.0 L2510-2552).
+UNPAD_OF_PADDING = {"none": "none", "repeat_interleave": "stride", "tile": "prefix"}
 
 
 @dataclass(frozen=True)
@@ -64,6 +71,7 @@ class Route:
     decode_heads: Term  # the head count the predicates are called with
     head_padding: Term  # one of HEAD_PADDINGS
     padded_q_heads: Term  # heads after get_mla_padded_q (equals padded_heads when correct)
+    head_unpad: Term  # one of HEAD_UNPADS: how the output comes back (undoes head_padding when correct)
     request: KernelRequest
     gluon_batch_is_one: Term  # the Gluon kernel sees batch size 1 (the verify flatten makes R*Q rows)
     kv_scale_passed: bool  # the cache's KV scale reaches a Gluon kernel (False: hard-coded 1.0)

@@ -14,7 +14,7 @@ from typing import Any
 from mla_model.derived import engine_rules, kernel_kv_dtype, reorder_batch_threshold
 from mla_model.logic import Term, all_of, any_of, choose, eq, if_then_else, is_in, maximum
 from mla_model.registry import Registry
-from mla_model.route import HEAD_PADDINGS, PATHS, KernelRequest, Route
+from mla_model.route import HEAD_PADDINGS, HEAD_UNPADS, PATHS, UNPAD_OF_PADDING, KernelRequest, Route
 
 Rule = tuple[str, Callable[[Any], Term]]  # (name, shape -> term)
 
@@ -106,6 +106,17 @@ def padding_of(h: Term, m: Term, divisor: Term) -> Term:
     return choose(HEAD_PADDINGS, [(h == m, "none"), (divisor, "repeat_interleave")], "tile")
 
 
+def unpad_cases(padding: Term) -> list[tuple[Term, str]]:
+    """get_mla_unpadded_o's slice for a padding (0.28.0 L898-906, 0.34.0 L2536-2552), as ``choose`` cases:
+    the stride slice after repeat_interleave, the prefix after the tile (nothing where nothing was padded)."""
+    return [(eq(padding, p), UNPAD_OF_PADDING[p]) for p in ("repeat_interleave", "tile")]
+
+
+def unpad_of(padding: Term) -> Term:
+    """The unpad get_mla_unpadded_o applies after ``padding`` (:func:`unpad_cases`)."""
+    return choose(HEAD_UNPADS, unpad_cases(padding), "none")
+
+
 def asm_request(
     s: Any, m: Term, persistent: Term, causal: Term, lse: Term = False, cprr: Term = False
 ) -> KernelRequest:
@@ -166,10 +177,13 @@ def compose_route(
     dcp_raises: Term = False,
     lse: Term = False,
     cprr: Term = False,
+    head_unpad: Term = None,
 ) -> Route:
     """A revision's gates composed into its Route: the builder's persistent gate ``wants and 1 <= qlen <=
     _mtp_decode_qlen``, forward_mqa's order of tests, and Gluon handed kv_scale=1.0 (every revision).
-    ``v_scale_fix``, if given, is a function of the persistent gate: where vLLM rescales the ASM output."""
+    ``v_scale_fix``, if given, is a function of the persistent gate: where vLLM rescales the ASM output.
+    ``head_unpad`` is how forward_mqa cuts the output back; by default get_mla_unpadded_o's, the one that
+    undoes ``head_padding`` (:func:`unpad_of`)."""
     qlen = s.max_qo_len
     persistent = all_of(wants, qlen >= 1, qlen <= mtp_decode_qlen)
     return Route(
@@ -182,6 +196,7 @@ def compose_route(
         decode_heads=decode_heads,
         head_padding=head_padding,
         padded_q_heads=padded_q_heads,
+        head_unpad=unpad_of(head_padding) if head_unpad is None else head_unpad,
         request=asm_request(s, m, persistent, causal=causal, lse=lse, cprr=cprr),
         gluon_batch_is_one=gluon_batch_is_one,
         kv_scale_passed=False,  # both Gluon calls pass kv_scale=1.0

@@ -13,7 +13,9 @@ a round-robin shard of the KV cache and decodes all DCP-gathered heads; the MLA
 layer merges the ranks' outputs by their LSE (vLLM 0.34.0 rocm_aiter_mla.py
 L560-589, mla_attention.py L1170-1171 ``assert lse is not None``).  A batch
 takes one DCP route (:data:`mla_model.route.DCP_ROUTES`): PLAIN for one token or
-a non-causal block, CPRR (AITER's round-robin ASM kernel, gfx950, 0.33.0 on),
+a non-causal block, CPRR (AITER's round-robin ASM kernel, gfx950, by default
+from 0.32.0; it cuts its output back to the first heads, which is wrong after a
+repeat_interleave pad: :func:`asm_query_heads`, sources §61),
 TRITON (vLLM's split-KV Triton verify, gfx942, 0.33.0 on) or SEGMENTED
 (AITER's segmented Triton MLA); 0.29/0.30 have only the segmented flag and
 raise for any other DCP multi-token step.  See :func:`dcp_route`.
@@ -60,8 +62,9 @@ from mla_model.revisions.base import (
     divides_padded,
     on_gfx950,
     padding_of,
+    unpad_cases,
 )
-from mla_model.route import DCP_ROUTES, Route
+from mla_model.route import DCP_ROUTES, HEAD_UNPADS, Route
 
 _AITER_MAX_PADDED_MLA_HEADS = 128
 _GLUON_MAX_KV_CACHE_BYTES = 1 << 31
@@ -281,17 +284,23 @@ def _divides_cprr_heads(h: Term, m: Term) -> Term:
     )
 
 
-def asm_query_heads(dcp_route: Term, cprr_heads: Term, heads: Term, m: Term) -> tuple[Term, Term]:
-    """The heads forward_mqa hands the ASM kernel and how get_mla_padded_q makes them: ``m``
-    (get_actual_mla_num_heads of the gathered ``heads``), except on the CPRR route, which pads the query to
-    its native cprr head count where that is more (0.34.0 L3605-3637)."""
+def asm_query_heads(dcp_route: Term, cprr_heads: Term, heads: Term, m: Term) -> tuple[Term, Term, Term]:
+    """The heads forward_mqa hands the ASM kernel, how get_mla_padded_q makes them, and how forward_mqa cuts
+    the output back: ``m`` (get_actual_mla_num_heads of the gathered ``heads``) and get_mla_unpadded_o,
+    except on the CPRR route where its native cprr head count is more (sources §61).  There the query is
+    padded to that count (0.31.0 L2315-2319, 0.34.0 L3611-3618; repeat_interleave where the gathered heads
+    divide it, tile otherwise) and the output and LSE are cut to their first ``heads`` heads
+    (``o[:, :heads]``, 0.31.0 L2404-2408, 0.32.0 L2482-2486, 0.33.0 L3034-3038, 0.34.0 L3705-3709): the
+    inverse of the tile, not of repeat_interleave."""
     pad_to_cprr = all_of(eq(dcp_route, "cprr"), cprr_heads > heads)
     divisor = any_of(
         all_of(pad_to_cprr, _divides_cprr_heads(heads, cprr_heads)),
         all_of(not_(pad_to_cprr), divides_padded(heads, m)),
     )
     padded = if_then_else(pad_to_cprr, cprr_heads, m)
-    return padded, padding_of(heads, padded, divisor)
+    padding = padding_of(heads, padded, divisor)
+    unpad = choose(HEAD_UNPADS, [(pad_to_cprr, "prefix"), *unpad_cases(padding)], "none")
+    return padded, padding, unpad
 
 
 def route(f: Features, s: Any, reg: Registry) -> Route:
@@ -326,7 +335,7 @@ def route(f: Features, s: Any, reg: Registry) -> Route:
         not_(use_triton_verify),
         any_of(not_(causal), heads >= 16, qlen <= ASM_PADDED_MAX_PS_QLEN, fp8),
     )
-    m, head_padding = asm_query_heads(droute, c.cprr_heads, heads, m_plain)
+    m, head_padding, head_unpad = asm_query_heads(droute, c.cprr_heads, heads, m_plain)
     raises = (
         all_of(not_(causal), qlen == 2, fp8, not_(is_in(m_plain, _AITER_FP8_NON_CAUSAL_QLEN2_HEADS)))
         if f.causal
@@ -345,6 +354,7 @@ def route(f: Features, s: Any, reg: Registry) -> Route:
         m,
         head_padding=head_padding,
         padded_q_heads=m,
+        head_unpad=head_unpad,
         causal=causal,
         gluon_batch_is_one=s.num_reqs == 1,  # native 4-D MTP: one batch row per request
         triton_verify=use_triton_verify,

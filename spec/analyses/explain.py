@@ -19,7 +19,7 @@ from mla_model.derived import KERNEL_KV_DTYPES
 from mla_model.logic import EnumTerm
 from mla_model.registry import Registry, resolved_kernel
 from mla_model.revisions.base import Revision
-from mla_model.route import HEAD_PADDINGS, PATHS
+from mla_model.route import HEAD_PADDINGS, HEAD_UNPADS, PATHS
 from mla_model.shape import FIELDS, Q_DTYPES, Shape
 from spec.analyses.cases import term_value
 from spec.proof.invariants import INVARIANTS, Invariant
@@ -178,6 +178,7 @@ def explain(revision: Revision, registry: Registry, shape: Shape) -> dict[str, A
 _ENUM_DOMAINS = {
     "route.path": PATHS,
     "route.head_padding": HEAD_PADDINGS,
+    "route.head_unpad": HEAD_UNPADS,
     "route.request.q_dtype": Q_DTYPES,
     "route.request.kv_dtype": KERNEL_KV_DTYPES,
     **{f"shape.{f.name}": f.values for f in FIELDS if f.kind == "enum"},

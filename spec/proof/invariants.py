@@ -30,6 +30,8 @@ from mla_model.failures import (
     known_wrong_text,
     segmented_fits,
     symptom_of,
+    unpad_recovers_heads,
+    unpad_text,
     v_scale_text,
     v_scaled_once,
 )
@@ -110,8 +112,14 @@ def _decode_verify_disjoint(d: Decision) -> Term:
     return not_(all_of(d.route.use_gluon_decode, d.route.use_gluon_verify))
 
 
-def _head_padding_round_trips(d: Decision) -> Term:
+def _padded_to_kernel_heads(d: Decision) -> Term:
     return implies(d.on_asm, d.route.padded_q_heads == d.route.request.padded_heads)
+
+
+def _head_padding_round_trips(d: Decision) -> Term:
+    """The padded query has the kernel's head count, and the cut of the output undoes the padding
+    (:func:`mla_model.failures.unpad_recovers_heads`; sources §61)."""
+    return all_of(_padded_to_kernel_heads(d), implies(d.on_asm, unpad_recovers_heads(d)))
 
 
 def _gluon_kv_in_bounds(d: Decision) -> Term:
@@ -207,7 +215,7 @@ def _total(d: Decision) -> Term:
         implies(d.on_gluon, d.gluon.runs),
         _kernel_exists(d),
         _block_n_key_exists(d),
-        _head_padding_round_trips(d),
+        _padded_to_kernel_heads(d),  # a wrong unpad runs (silently wrong), so only the count is here
         _dcp_returns_lse(d),  # the DCP merge asserts an LSE after the kernel ran
         implies(eq(d.route.path, "segmented_dcp_verify"), segmented_fits(d)),
     )
@@ -292,6 +300,8 @@ def _metadata_dropped(d: Decision, reg: Registry) -> str:
 
 def _padding_wrong(d: Decision, reg: Registry) -> str:
     r = d.route
+    if r.padded_q_heads == r.request.padded_heads:
+        return unpad_text(d, reg)
     return (
         f"{r.head_padding} pads {r.decode_heads} heads to {r.padded_q_heads}, "
         f"kernel expects {r.request.padded_heads}"
@@ -446,11 +456,15 @@ INVARIANTS: tuple[Invariant, ...] = (
     ),
     Invariant(
         id="head-padding-round-trips",
-        statement="On an ASM path the padded query has exactly the kernel's head count (so the unpad "
-        "recovers the rank's heads in order).",
-        why="repeat_interleave(16 // h) under-pads non-divisor head counts (3 -> 15); tile + slice is exact.",
-        symptom="shape mismatch in the ASM call, or heads read from the wrong rows (garbage attention)",
-        source="vLLM #50578 tile padding; sources §18, §24-§25",
+        statement="On an ASM path the padded query has exactly the kernel's head count, and the cut of the "
+        "output (and LSE) undoes the padding, so the rank's heads come back in order.",
+        why="repeat_interleave(16 // h) under-pads non-divisor head counts (3 -> 15); tile + slice is exact. "
+        "A repeat_interleave pad is undone by the stride slice, a tile by the prefix: the CPRR route "
+        "(0.31.0-0.34.0) pads by repeat_interleave where the gathered heads divide 16 but keeps the prefix "
+        "o[:, :heads].",
+        symptom="shape mismatch in the ASM call, or heads read from the wrong rows: silently wrong "
+        "attention (on the CPRR route, heads that are copies of other heads' output, with their LSE)",
+        source="vLLM #50578 tile padding; vLLM 0.34.0 L3611-3618, L3705-3709 (sources §18, §24-§25, §61)",
         holds=_head_padding_round_trips,
         detail=_padding_wrong,
         anchor="def get_mla_padded_q",

@@ -327,7 +327,7 @@ def _real_revision(source: Source, lifting: bool) -> Revision:
         H = o["H"]
         droute = EnumTerm(DCP_ROUTES, o["droute"]) if z3.is_expr(o["droute"]) else DCP_ROUTES[o["droute"]]
         # forward_mqa's padding of the query (not lifted: it takes tensors) is the model's
-        m, head_padding = asm_query_heads(droute, o["cprr_heads"], H, o["m"])
+        m, head_padding, head_unpad = asm_query_heads(droute, o["cprr_heads"], H, o["m"])
         return Route(
             path=forward_path(o["gd"], o["impl_gv"], o["gate"], o["triton"], dcp_route=droute),
             use_gluon_decode=o["gd"],
@@ -338,6 +338,7 @@ def _real_revision(source: Source, lifting: bool) -> Revision:
             decode_heads=H,
             head_padding=head_padding,
             padded_q_heads=m,
+            head_unpad=head_unpad,
             request=asm_request(
                 s,
                 m,
