@@ -56,7 +56,10 @@ from spec.proof.invariants import INVARIANT_BY_ID
 )
 def audit_command(releases, registries, invariants, fmt, max_classes, timeout, count) -> None:
     """Prove the invariants on the real gates of several vLLM releases (release x invariant), and run each
-    release's real decode path against the model revision that describes it."""
+    release's real decode path against the model revision that describes it.
+
+    Executes each release's rocm_aiter_mla.py in a confined child process (docs/explanation/architecture.md,
+    the trust boundary)."""
     targets = [load_revision(r) for r in releases]
     results = check_all(
         targets, registries or ("aiter-0.1.20",), invariants or list(INVARIANT_BY_ID), max_classes, timeout

@@ -16,12 +16,10 @@ input (a missing or malformed cases file, an unknown backend or fault).
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
-import os
 import re
+import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,7 +39,6 @@ from conformance.cli.options import format_option
 from mla_model.case import read_cases, stale_cases
 
 MAX_RESTARTS = 20
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def _records(path: Path, backend: str, fault: str | None, keys: set[str]) -> dict[str, dict[str, Any]]:
@@ -65,16 +62,28 @@ def _pytest_command(
     full_context: bool,
     workers: int,
     vllm: str | None = None,
+    scratch: Path | None = None,
 ) -> list[str]:
+    """pytest isolated in ``scratch``: its rootdir, an empty ini there, no conftest.py anywhere, no cache,
+    and only the plugins named here (PYTEST_DISABLE_PLUGIN_AUTOLOAD is set in its environment); ``cases``
+    is a copy in ``scratch``, so nothing beside the user's cases file (a conftest.py, an __init__.py, an
+    ini file) is read."""
     cmd = [
         sys.executable,
         "-m",
         "pytest",
         "-q",
         "-p",
+        "conformance.pytest_plugin",
+        "-p",
         "no:cacheprovider",
         "-o",
         "addopts=",
+        "--noconftest",
+    ]
+    if scratch is not None:
+        cmd += ["--rootdir", str(scratch), "-c", str(scratch / "pytest.ini"), "--confcutdir", str(scratch)]
+    cmd += [
         "--mla-backend",
         backend,
         "--mla-cases",
@@ -84,11 +93,6 @@ def _pytest_command(
         "--mla-device",
         device,
     ]
-    installed = any(
-        e.value == "conformance.pytest_plugin" for e in importlib.metadata.entry_points(group="pytest11")
-    )
-    if not installed:
-        cmd[3:3] = ["-p", "conformance.pytest_plugin"]
     if fault:
         cmd += ["--mla-fault", fault]
     if kv_len:
@@ -98,6 +102,7 @@ def _pytest_command(
     if vllm:
         cmd += ["--mla-vllm", vllm]
     if workers > 1:
+        cmd[5:5] = ["-p", "xdist.plugin"]
         cmd += ["-n", str(workers)]
     return [*cmd, str(cases)]
 
@@ -218,7 +223,10 @@ def conform_command(
     backend, cases_path, out, device, fault, kv_len, full_context, workers, vllm, dcp_ranks, inject_fault, fmt
 ) -> None:
     """Replay cases on a backend against the float32 reference: PASS, MISMATCH, NAN, CRASH, NO_KERNEL,
-    SKIP."""
+    SKIP.
+
+    pytest runs in a confined child process (docs/explanation/architecture.md, the trust boundary); the
+    vllm backend executes the release's rocm_aiter_mla.py there."""
     if backend not in BACKENDS:
         raise BadInput(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
     if fault is not None:
@@ -270,12 +278,18 @@ def conform_command(
     except OSError as e:
         raise BadInput(f"--out {out}: cannot create its folder: {e.strerror or e}") from None
     keys = {case_key(c) for c in cases}
+    # The child executes a release file (the vllm backend) and runs pytest: confined, in a scratch folder
+    # (spec.realcode.executed.confine), which holds the copy of the cases file pytest collects.
+    from spec.realcode.executed import confine
+
+    scratch = Path(tempfile.mkdtemp(prefix="mla-conform-run-"))
+    (scratch / "pytest.ini").write_text("[pytest]\n")
+    copy = scratch / "cases.jsonl"
+    shutil.copyfile(cases_path, copy)
     cmd = _pytest_command(
-        backend, cases_path.resolve(), out.resolve(), device, fault, kv_len, full_context, workers, vllm
+        backend, copy, out.resolve(), device, fault, kv_len, full_context, workers, vllm, scratch
     )
-    env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
-    )
+    env = confine.allowed_environment({"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
     from conformance.backends.vllm import DCP_ENV  # the vllm backend reads the DCP switches from here
 
     for name, value in (("dcp_ranks", dcp_ranks), ("inject_fault", inject_fault)):
@@ -295,8 +309,10 @@ def conform_command(
         task = progress.add_task(backend, total=len(keys), completed=len(_records(out, backend, fault, keys)))
         for _ in range(MAX_RESTARTS):
             before = len(_records(out, backend, fault, keys))
-            with open(log, "a") as sink:
-                child = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=env)
+            with (
+                open(log, "a") as sink,
+                confine.Child(cmd, cwd=scratch, env=env, device=device, stdout=sink, stderr=sink) as child,
+            ):
                 while child.poll() is None:
                     time.sleep(0.5)
                     progress.update(task, completed=len(_records(out, backend, fault, keys)))
@@ -304,6 +320,7 @@ def conform_command(
             progress.update(task, completed=done)
             if child.returncode != DEVICE_LOST_EXIT or done == before or done == len(keys):
                 break
+    shutil.rmtree(scratch, ignore_errors=True)
     records = list(_records(out, backend, fault, keys).values())
     if child.returncode not in (0, 1, DEVICE_LOST_EXIT) and not records:
         tail = log.read_text().strip().splitlines()[-1:] or ["no output"]
