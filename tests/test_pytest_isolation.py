@@ -5,6 +5,9 @@ would write never appears, and ini files that would break the run do not)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -68,3 +71,22 @@ def test_vllm_tests_reads_nothing_in_the_working_folder(trapped):
     assert not sentinel.exists(), sentinel.read_text()
     assert r.returncode in (0, 1), r.stdout + r.stderr
     assert json.loads(r.stdout)["items"] > 0
+
+
+@pytest.mark.network  # 0.28.0's release file
+def test_vllm_shim_reads_nothing_beside_the_module(trapped):
+    beside, _, sentinel = trapped
+    for init in (beside / "__init__.py", beside.parent / "__init__.py"):  # a package's own code, not config
+        init.unlink()
+    (beside / "test_plain.py").write_text("def test_runs():\n    pass\n")
+    r = subprocess.run(
+        [sys.executable, "-m", "conformance.vllm_shim", "--vllm", "0.28.0", "test_plain.py", "-q"],
+        capture_output=True,
+        text=True,
+        cwd=beside,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=300,
+    )
+    assert not sentinel.exists(), sentinel.read_text()
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "1 passed" in r.stdout
