@@ -494,4 +494,18 @@ def _install_handlers() -> None:
             signal.signal(signum, _on_signal)
 
 
+def _forget() -> None:
+    """In a process forked from this one (a multiprocessing worker, a harness worker): the children, the
+    signal handlers and the wakeup pipe are the parent's, never this process's to act on."""
+    global _handlers_installed, _wakeup, _stopping
+    _live.clear()
+    if _handlers_installed and _wakeup is not None:
+        signal.set_wakeup_fd(-1)
+    for signum, handler in _previous.items():
+        signal.signal(signum, handler)
+    _previous.clear()
+    _handlers_installed, _wakeup, _stopping = False, None, False
+
+
+os.register_at_fork(after_in_child=_forget)
 _install_handlers()  # at import, normally on the main thread: children started from worker threads count too
