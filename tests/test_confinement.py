@@ -171,6 +171,7 @@ def test_nothing_of_the_run_outlives_a_signal_to_mla_spec_alone(looping_tree, tm
     while _ours(token) and time.monotonic() - sent < 5:
         time.sleep(0.05)
     left = _ours(token)
+    proc.kill()  # if mla-spec itself did not end, the test ends it
     proc.communicate()
     _reap(token)
     assert not left, f"{len(left)} process(es) of the run left 5 s after {sig.name}"
