@@ -382,7 +382,8 @@ def execute(
         env.setdefault("OMP_NUM_THREADS", "1")
         with tempfile.TemporaryDirectory(prefix="mla-spec-dcp-") as scratch:
             if ranks == "simulated":
-                procs = [run_module(MODULE, request, scratch, env, timeout)]
+                device = str(options.get("device", "cpu"))  # no RLIMIT_AS on a GPU (confine)
+                procs = [run_module(MODULE, request, scratch, env, timeout, device)]
             else:
                 procs = _launch_ranks(request, scratch, env, shapes[idx[0]].dcp_world_size, timeout)
         got = read_rows(procs[0].stdout, [p.stderr for p in procs], code.label, "the DCP replay")
@@ -395,31 +396,24 @@ def execute(
 def _launch_ranks(
     request: dict[str, Any], cwd: str, env: dict[str, str], world: int, timeout: float
 ) -> list[Any]:
-    """``world`` rank processes of :data:`MODULE` on one rendezvous; their completed processes, rank order."""
-    import subprocess
+    """``world`` rank processes of :data:`MODULE` on one rendezvous, each confined
+    (:mod:`spec.realcode.executed.confine`); their completed runs, rank order."""
+    from spec.realcode.executed import confine
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     payload = json.dumps(request)
-    procs = []
-    for rank in range(world):
-        rank_env = {**env, "RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1"}
+    device = str(request["options"].get("device", "cpu"))
+
+    def rank(r: int) -> Any:
+        rank_env = {**env, "RANK": str(r), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1"}
         rank_env["MASTER_PORT"] = str(port)
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-m", MODULE],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                cwd=cwd,
-                env=rank_env,
-            )
-        )
-    with ThreadPoolExecutor(world) as pool:  # every rank fed at once: each waits for the others
-        outputs = list(pool.map(lambda p: p.communicate(payload, timeout=timeout), procs))
-    return [subprocess.CompletedProcess(p.args, p.returncode, o, e) for p, (o, e) in zip(procs, outputs)]
+        argv = [sys.executable, "-m", MODULE]
+        return confine.run(argv, input=payload, cwd=cwd, env=rank_env, timeout=timeout, device=device)
+
+    with ThreadPoolExecutor(world) as pool:  # every rank started at once: each waits for the others
+        return list(pool.map(rank, range(world)))
 
 
 if __name__ == "__main__":

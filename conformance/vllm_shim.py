@@ -18,7 +18,9 @@ pins act on the real code as they do in vLLM.
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 import types
 from typing import Any
 
@@ -117,7 +119,15 @@ def main(argv: list[str] | None = None) -> int:
     except SourceError as e:
         print(f"mla-spec: error: {e}", file=sys.stderr)
         return 2
-    return int(pytest.main([*args[2:], "-p", "no:cacheprovider"]))
+    # Isolated: rootdir and an empty ini in a scratch folder, no conftest.py, no cache, no autoloaded plugin;
+    # nothing beside the module or in the working folder configures the run.
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    with tempfile.TemporaryDirectory(prefix="mla-spec-shim-") as scratch:
+        ini = os.path.join(scratch, "pytest.ini")
+        with open(ini, "w") as f:
+            f.write("[pytest]\n")
+        isolated = ["-p", "no:cacheprovider", "--rootdir", scratch, "-c", ini, "--confcutdir", scratch]
+        return int(pytest.main([*args[2:], *isolated, "--noconftest"]))
 
 
 if __name__ == "__main__":

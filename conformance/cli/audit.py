@@ -80,7 +80,10 @@ def audit_command(
 ) -> None:
     """Prove the invariants on the real gates of several vLLM releases (release x invariant), judged against
     the expected-verdicts manifest, and run each release's real decode path against the model revision
-    that describes it.  Example: mla-spec audit 0.28.0 0.34.0 --executed 200"""
+    that describes it.  Example: mla-spec audit 0.28.0 0.34.0 --executed 200
+
+    Executes each release's rocm_aiter_mla.py in a confined child process (docs/explanation/architecture.md,
+    the trust boundary)."""
     from conformance.cli.check import read_manifest
     from spec.proof.expectations import BUNDLED, compare
 

@@ -42,7 +42,10 @@ Examples:
 @timeout_option
 def bind_command(spec, revision, fmt, no_symbolic, count, timeout) -> None:
     """Compare a release with a model revision: its gate functions (symbolic and bounded), and its whole
-    decode path executed shape by shape against the model's routes."""
+    decode path executed shape by shape against the model's routes.
+
+    Executes the release's rocm_aiter_mla.py in a confined child process (docs/explanation/architecture.md,
+    the trust boundary)."""
     from spec.realcode.bind import bind, executed_comparison
     from spec.realcode.executed.harness import HarnessError
     from spec.realcode.source import SourceError

@@ -102,7 +102,9 @@ def check_command(
     expected-verdicts manifest.
 
     GATE_FILE arguments are rocm_aiter_mla.py files (or vLLM trees) checked like --vllm PATH, so a
-    pre-commit hook can hand check the changed files."""
+    pre-commit hook can hand check the changed files.  For a file inside a vLLM tree (or a release), check
+    executes the release's rocm_aiter_mla.py in a confined child process to read its reorder_batch_threshold
+    (docs/explanation/architecture.md, the trust boundary)."""
     releases = (*releases, *gate_files)
     if max_num_seqs is not None and memory_budget is None:
         raise BadInput("--max-num-seqs sizes the buffers --memory-budget checks; give --memory-budget too")

@@ -29,13 +29,12 @@ every case was skipped, else 0.
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import re
+import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -58,7 +57,6 @@ from mla_model.case import iter_cases, stale_cases
 from mla_model.limits import input_file
 
 MAX_RESTARTS = 20
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def _pytest_command(
@@ -71,16 +69,28 @@ def _pytest_command(
     full_context: bool,
     workers: int,
     vllm: str | None = None,
+    scratch: Path | None = None,
 ) -> list[str]:
+    """pytest isolated in ``scratch``: its rootdir, an empty ini there, no conftest.py anywhere, no cache,
+    and only the plugins named here (PYTEST_DISABLE_PLUGIN_AUTOLOAD is set in its environment); ``cases``
+    is a copy in ``scratch``, so nothing beside the user's cases file (a conftest.py, an __init__.py, an
+    ini file) is read."""
     cmd = [
         sys.executable,
         "-m",
         "pytest",
         "-q",
         "-p",
+        "conformance.pytest_plugin",
+        "-p",
         "no:cacheprovider",
         "-o",
         "addopts=",
+        "--noconftest",
+    ]
+    if scratch is not None:
+        cmd += ["--rootdir", str(scratch), "-c", str(scratch / "pytest.ini"), "--confcutdir", str(scratch)]
+    cmd += [
         "--mla-backend",
         backend,
         "--mla-cases",
@@ -90,11 +100,6 @@ def _pytest_command(
         "--mla-device",
         device,
     ]
-    installed = any(
-        e.value == "conformance.pytest_plugin" for e in importlib.metadata.entry_points(group="pytest11")
-    )
-    if not installed:
-        cmd[3:3] = ["-p", "conformance.pytest_plugin"]
     if fault:
         cmd += ["--mla-fault", fault]
     if kv_len:
@@ -104,6 +109,7 @@ def _pytest_command(
     if vllm:
         cmd += ["--mla-vllm", vllm]
     if workers > 1:
+        cmd[5:5] = ["-p", "xdist.plugin"]
         cmd += ["-n", str(workers)]
     return [*cmd, str(cases)]
 
@@ -288,7 +294,10 @@ def conform_command(
     fmt,
 ) -> None:
     """Replay cases on a backend against the float32 reference: PASS, MISMATCH, NAN, CRASH, NO_KERNEL,
-    SKIP, ERROR."""
+    SKIP, ERROR.
+
+    pytest runs in a confined child process (docs/explanation/architecture.md, the trust boundary); the
+    vllm backend executes the release's rocm_aiter_mla.py there."""
     if backend not in BACKENDS:
         raise BadInput(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
     if fault is not None:
@@ -552,12 +561,18 @@ def _replay(
     except ValueError as e:
         raise BadInput(f"--out {out}: {e}") from None
     started = time.time()
+    # The child executes a release file (the vllm backend) and runs pytest: confined, in a scratch folder
+    # (spec.realcode.executed.confine), which holds the copy of the cases file pytest collects.
+    from spec.realcode.executed import confine
+
+    scratch = Path(tempfile.mkdtemp(prefix="mla-conform-run-"))
+    (scratch / "pytest.ini").write_text("[pytest]\n")
+    copy = scratch / "cases.jsonl"
+    shutil.copyfile(cases_path, copy)
     cmd = _pytest_command(
-        backend, cases_path.resolve(), out.resolve(), device, fault, kv_len, full_context, workers, vllm
+        backend, copy, out.resolve(), device, fault, kv_len, full_context, workers, vllm, scratch
     )
-    env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
-    )
+    env = confine.allowed_environment({"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
     from conformance.backends.vllm import DCP_ENV  # the vllm backend reads the DCP switches from here
 
     for name, value in (("dcp_ranks", dcp_ranks), ("inject_fault", inject_fault)):
@@ -576,8 +591,10 @@ def _replay(
         task = progress.add_task(backend, total=len(keys), completed=results.done())
         for _ in range(MAX_RESTARTS):
             before = results.update()
-            with open(log, "a") as sink:
-                child = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=env)
+            with (
+                open(log, "a") as sink,
+                confine.Child(cmd, cwd=scratch, env=env, device=device, stdout=sink, stderr=sink) as child,
+            ):
                 while child.poll() is None:
                     time.sleep(0.5)
                     progress.update(task, completed=results.update())
@@ -585,6 +602,7 @@ def _replay(
             progress.update(task, completed=done)
             if child.returncode != DEVICE_LOST_EXIT or done == before or done == len(keys):
                 break
+    shutil.rmtree(scratch, ignore_errors=True)
     if child.returncode < 0:  # the child was killed: our harness failed, not the cases it had not finished
         _record_errors(cases_path, out, backend, device, fault, results, -child.returncode)
     records = [results.latest[k] for k in order if k in results.latest]

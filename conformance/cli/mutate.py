@@ -117,7 +117,10 @@ Examples:
 )
 def mutate_command(fmt, timeout, workers, select, dcp) -> None:
     """Mutants of vLLM 0.28.0's real routing code: killed by our generated cases? by vLLM's shipped tests?
-    equivalent?"""
+    equivalent?
+
+    Executes each mutant rocm_aiter_mla.py in a confined child process (docs/explanation/architecture.md,
+    the trust boundary)."""
     from spec.analyses.mutation import BaselineError, dcp_score, score
     from spec.realcode.source import SourceError
 

@@ -139,8 +139,18 @@ def timeout_option(fn: Any) -> Any:
         type=Seconds(),
         default=DEFAULT_TIMEOUT_MS / 1000,
         show_default=True,
-        help="Seconds per solver call; a timeout is UNKNOWN, never a pass.",
+        callback=_executed_time_limit,
+        help="Seconds per solver call, and per step of a release's code executed in a child (its import, "
+        "each shape); a timeout is UNKNOWN, never a pass.",
     )(fn)
+
+
+def _executed_time_limit(ctx: Any, param: Any, seconds: float) -> float:
+    """--timeout also bounds each step of an executed release (spec.realcode.executed.confine)."""
+    from spec.realcode.executed import confine
+
+    confine.set_time_limit(seconds)
+    return seconds
 
 
 def load_revision(spec: str) -> Revision:

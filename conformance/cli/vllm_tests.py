@@ -52,6 +52,9 @@ def vllm_tests_command(release, against, arch, select, fmt) -> None:
 
     Each item passes, fails, errors, is skipped by the test itself, or is not runnable:
     it needs a name the stubs lack, a GPU, or an AITER kernel's output.
+
+    Executes R's rocm_aiter_mla.py and X's tests in a confined child process
+    (docs/explanation/architecture.md, the trust boundary).
     """
     from spec.realcode.shipped_tests import ShippedTestsError, run_shipped_tests
     from spec.realcode.source import SourceError

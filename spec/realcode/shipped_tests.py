@@ -41,14 +41,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from spec.realcode.executed.harness import child_env, run_module
+from spec.realcode.executed.harness import ExecutionTimeout, child_env, run_module
 from spec.realcode.source import SourceError, release_tree, release_version, tree_of
 
 TESTS_DIR = Path("tests/v1/attention")
@@ -178,8 +177,8 @@ def run_test_files(
         env.update(PYTEST_DISABLE_PLUGIN_AUTOLOAD="1", CUDA_VISIBLE_DEVICES="", HIP_VISIBLE_DEVICES="")
         try:
             proc = run_module("spec.realcode.shipped_tests", request, scratch, env, timeout)
-        except subprocess.TimeoutExpired:
-            raise ShippedTestsError(f"the shipped tests ran past {timeout:.0f}s") from None
+        except ExecutionTimeout as e:
+            raise ShippedTestsError(str(e)) from None
         if not out.is_file():
             tail = (proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines() or ["no output"])[-1]
             raise ShippedTestsError(f"the vllm-tests child stopped ({tail})")
@@ -440,9 +439,11 @@ def child_main() -> None:
     """The child: stubs in place, the release module over them, pytest on the copied test files."""
     request = json.loads(sys.stdin.read())
     out = Path(request["out"])
-    from spec.realcode.executed.child import STUBS, install
+    from spec.realcode.executed import confine
+    from spec.realcode.executed.child import STUBS, install, loaded_torch
 
     sys.path.insert(0, str(STUBS))
+    loaded_torch()
     import mla_spec_stub
 
     mla_spec_stub.STATE.arch = request["arch"]
@@ -452,6 +453,7 @@ def child_main() -> None:
     except Exception:  # noqa: BLE001  (each test file's own import raises it again, per item, at collection)
         for name in [n for n in sys.modules if n.split(".")[0] in ("vllm", "aiter")]:
             del sys.modules[name]
+    confine.beat()
     from mla_model.registry import load_registry
 
     st = mla_spec_stub.STATE
@@ -468,6 +470,8 @@ def child_main() -> None:
         "-c",
         "pytest.ini",
         "--rootdir",
+        ".",
+        "--confcutdir",
         ".",
         "-o",
         "addopts=",

@@ -6,6 +6,9 @@ JSON request on stdin, ``{"file", "tree", "registry", "shapes": [...],
 "options": {...}}``, and writes one JSON line per shape on stdout, then a
 final ``{"done": true}`` line.  A harness fault (a name the stubs lack, a
 release that will not import) is one ``{"fatal": "..."}`` line and exit 2.
+It beats (:func:`confine.beat`) once torch is loaded, once the release is
+imported and after each shape, so the parent's ``--timeout`` bounds the
+release's import and each shape; forked workers die with this process.
 
 ``vllm`` and ``aiter`` resolve only to the stubs: :class:`StubsOnly` sits
 first on ``sys.meta_path`` and answers every ``vllm.*``/``aiter.*`` import
@@ -26,6 +29,8 @@ import sys
 import traceback
 from pathlib import Path
 from typing import Any
+
+from spec.realcode.executed import confine
 
 STUBS = Path(__file__).resolve().parent / "stubs"
 STUBBED_ROOTS = ("vllm", "aiter", "mla_spec_stub")
@@ -297,6 +302,7 @@ def main() -> None:
     release_file = Path(request["file"]).resolve()
     tree = Path(request["tree"]) if request.get("tree") else None
     sys.path.insert(0, str(STUBS))
+    loaded_torch()
     try:
         module = install(release_file, tree)
     except Exception as e:  # noqa: BLE001
@@ -306,6 +312,7 @@ def main() -> None:
             )
         )
         sys.exit(2)
+    confine.beat()
     from mla_model.registry import load_registry
 
     registry = load_registry(request["registry"])
@@ -322,6 +329,15 @@ def main() -> None:
     print(json.dumps({"done": True}))
 
 
+def loaded_torch() -> None:
+    """Import torch (if it is there), then beat: the time limit on the release's import starts after it."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:  # the release's own import says so, in its fatal line
+        pass
+    confine.beat()
+
+
 def run_shapes(step: Step, registry: Any, shapes: list[dict[str, Any]], seed: int, out: Any) -> bool:
     """One JSON line per shape on ``out``, shape ``i`` seeded ``seed + i``; False after a stub fault (its
     ``fatal`` line written)."""
@@ -335,6 +351,7 @@ def run_shapes(step: Step, registry: Any, shapes: list[dict[str, Any]], seed: in
             return False
         row.pop("_batch", None)
         out.write(json.dumps(row, default=_plain) + "\n")
+        confine.beat()
     return True
 
 
@@ -346,12 +363,13 @@ def run_forked(step: Step, registry: Any, shapes: list[dict[str, Any]], seed: in
     bounds = [len(shapes) * w // workers for w in range(workers + 1)]
     parts = [Path(f"part-{w}.jsonl") for w in range(workers)]
     sys.stdout.flush()
-    pids = []
+    pids, parent = [], os.getpid()
     for w, (a, b) in enumerate(zip(bounds, bounds[1:])):
         pid = os.fork()
         if pid == 0:  # the worker: its slice, then out (never back into the parent's code or exit handlers)
             status = 2
             try:
+                confine.die_with_parent(parent)
                 with parts[w].open("w") as out:
                     status = 0 if run_shapes(step, registry, shapes[a:b], seed + a, out) else 2
             finally:

@@ -2,7 +2,9 @@
 
 :func:`execute` resolves the release (a version from the cached sdist tree,
 a vLLM tree, or a lone ``rocm_aiter_mla.py`` inside one), starts
-``python -m spec.realcode.executed.child`` in a scratch working directory,
+``python -m spec.realcode.executed.child`` confined
+(:mod:`spec.realcode.executed.confine`: a scratch folder, an allow-listed
+environment, limits, killed with mla-spec or after ``timeout`` quiet seconds),
 sends the shapes and returns one record per shape.  The child never sees the
 user's ``vllm`` or ``aiter``: its import guard answers both from the stubs.
 """
@@ -11,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from collections.abc import Iterable
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from mla_model.shape import Shape
+from spec.realcode.executed import confine
 from spec.realcode.source import RELATIVE_PATH, SourceError, release_tree, release_version, tree_of
 
 # What the harness gives vLLM where the Shape does not decide (configs.py reads them; an option of the
@@ -43,6 +45,15 @@ FORK_MIN = 16  # shapes below which a second forked worker costs more than it sa
 
 class HarnessError(RuntimeError):
     """The harness could not run the release (a name the stubs lack, an import that fails): one line."""
+
+
+class ExecutionTimeout(HarnessError):
+    """The release's code ran past the time limit (``--timeout``): its import or one step never ended."""
+
+
+# Release files (path, size, mtime, tree) whose import ran past the time limit in this process: executing
+# them again (bind runs the threshold and then the differential) would wait the limit again for nothing.
+_IMPORT_HANGS: dict[tuple[str, int, int, str], str] = {}
 
 
 @dataclass(frozen=True)
@@ -78,9 +89,13 @@ def execute(
     registry_id: str = "aiter-0.1.20",
     options: dict[str, Any] | None = None,
     seed: int = 0,
-    timeout: float = 1800,
+    timeout: float | None = None,
 ) -> list[dict[str, Any]]:
     """One record per shape (see :mod:`spec.realcode.executed.child`), in order.
+
+    ``timeout``: the seconds the child may spend on its import or one shape (default
+    :func:`confine.time_limit`, the command's ``--timeout``); past it the child is killed and
+    :class:`ExecutionTimeout` raised.
 
     Large batches are split over one worker per core; shape ``i`` is seeded ``seed + i`` whichever
     worker runs it, so the records do not depend on the split.  On the CPU the workers are forked by one
@@ -97,31 +112,68 @@ def execute(
     if len(chunks) == 1:
         return _run_child(code, chunks[0][0], registry_id, options, chunks[0][1], timeout)
     with ThreadPoolExecutor(len(chunks)) as pool:
-        parts = list(pool.map(lambda c: _run_child(code, c[0], registry_id, options, c[1], timeout), chunks))
+        try:
+            parts = list(
+                pool.map(lambda c: _run_child(code, c[0], registry_id, options, c[1], timeout), chunks)
+            )
+        except BaseException:  # KeyboardInterrupt here: the worker threads wait on children, end those
+            confine.kill_all()
+            raise
     return [row for part in parts for row in part]
 
 
 def child_env(*dropped_prefixes: str) -> dict[str, str]:
-    """The environment of a harness child: the user's, less every ``VLLM_``/``AITER_`` knob (the release
-    reads the stubs' answers, never the caller's settings) and any other prefix named."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "AITER_", *dropped_prefixes))}
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    return env
+    """The environment of a harness child: the caller's allow-listed variables
+    (:func:`confine.allowed_environment`; never a ``VLLM_``/``AITER_`` knob: the release reads the stubs'
+    answers, never the caller's settings), less any prefix named."""
+    return {k: v for k, v in confine.allowed_environment().items() if not k.startswith(dropped_prefixes)}
 
 
 def run_module(
-    module: str, request: dict[str, Any], cwd: str, env: dict[str, str], timeout: float | None
-) -> subprocess.CompletedProcess:
-    """``python -m module`` in ``cwd``, handed the JSON request on stdin; its output kept as text."""
-    return subprocess.run(
+    module: str,
+    request: dict[str, Any],
+    cwd: str,
+    env: dict[str, str],
+    timeout: float | None = None,
+    device: str = "cpu",
+) -> confine.Completed:
+    """``python -m module`` confined in scratch folder ``cwd``, handed the JSON request on stdin; its
+    output kept as text.  A step (loading torch, importing the release, one of the request's shapes) that
+    runs past ``timeout`` seconds (default: the command's ``--timeout``) kills it, and raises
+    :class:`ExecutionTimeout`."""
+    limit = confine.time_limit() if timeout is None else timeout
+    file = Path(str(request.get("file", "")))
+    key = _file_key(file, request.get("tree"))
+    if key in _IMPORT_HANGS:
+        raise ExecutionTimeout(_IMPORT_HANGS[key])
+    proc = confine.run(
         [sys.executable, "-m", module],
         input=json.dumps(request),
-        capture_output=True,
-        text=True,
         cwd=cwd,
         env=env,
-        timeout=timeout,
+        timeout=limit,
+        steps=len(request.get("shapes") or ()) + 2,
+        device=device,
     )
+    if proc.timed_out:
+        # The executed children beat once torch is loaded, once the release is imported, then per step.
+        where = f"importing {file.name}" if proc.beats == 1 else "one step" if proc.beats else "its start"
+        message = (
+            f"{file}: the release's code ran past the {limit:g} s limit (--timeout) on {where}; "
+            "it and every process it started were killed"
+        )
+        if proc.beats == 1:
+            _IMPORT_HANGS[key] = message
+        raise ExecutionTimeout(message)
+    return proc
+
+
+def _file_key(file: Path, tree: Any) -> tuple[str, int, int, str]:
+    try:
+        st = file.stat()
+    except OSError:
+        return (str(file), -1, -1, str(tree))
+    return (str(file.resolve()), st.st_size, st.st_mtime_ns, str(tree))
 
 
 def _run_child(
@@ -130,7 +182,7 @@ def _run_child(
     registry_id: str,
     options: dict[str, Any] | None,
     seed: int,
-    timeout: float,
+    timeout: float | None,
     workers: int = 1,
 ) -> list[dict[str, Any]]:
     request = {
@@ -145,7 +197,8 @@ def _run_child(
     with tempfile.TemporaryDirectory(prefix="mla-spec-exec-") as scratch:
         env = child_env()
         env.setdefault("OMP_NUM_THREADS", "1")  # small tensors: one thread per child, children side by side
-        proc = run_module("spec.realcode.executed.child", request, scratch, env, timeout)
+        device = str((options or {}).get("device", "cpu"))
+        proc = run_module("spec.realcode.executed.child", request, scratch, env, timeout, device)
     return read_rows(proc.stdout, [proc.stderr], code.label, "the harness child")
 
 

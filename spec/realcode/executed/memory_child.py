@@ -193,15 +193,18 @@ def _fatal(message: str) -> None:
 def main() -> None:
     from mla_model.registry import load_registry
     from mla_model.shape import Shape
-    from spec.realcode.executed.child import STUBS, install
+    from spec.realcode.executed import confine
+    from spec.realcode.executed.child import STUBS, install, loaded_torch
 
     request = json.loads(sys.stdin.read())
     file = Path(request["file"]).resolve()
     sys.path.insert(0, str(STUBS))
+    loaded_torch()  # beats: the --timeout of the release's import starts here (confine)
     try:
         module = install(file, Path(request["tree"]) if request.get("tree") else None)
     except Exception as e:  # noqa: BLE001  (the release will not import over the stubs)
         _fatal(f"cannot import {file.name} over the stubs: {type(e).__name__}: {e}")
+    confine.beat()
     registry, sizer = load_registry(request["registry"]), Sizer(request["aiter"])
     for data in request["shapes"]:
         try:
@@ -209,6 +212,7 @@ def main() -> None:
         except Exception as e:  # noqa: BLE001  (a stub fault: the harness, not the release)
             _fatal(f"{type(e).__name__}: {e} (shape {data})")
         print(json.dumps(row))
+        confine.beat()
     print(json.dumps({"done": True}))
 
 
