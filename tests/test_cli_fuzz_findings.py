@@ -93,8 +93,6 @@ def test_a_results_line_that_is_not_a_result_is_skipped_and_its_case_runs_again(
 def test_conform_summary_survives_zero_kernel_time_and_markup_in_a_detail(tmp_path, monkeypatch):
     """A zero median kernel time was a ZeroDivisionError, a detail with '[/b]' a rich MarkupError."""
     pytest.importorskip("torch")
-    import conformance.cli.conform
-
     case = json.loads(REAL_CASES.read_text().splitlines()[0])
     record = {"key": f"{case['revision']}/{case['registry']}/{case['id']}", "backend": "model", "fault": None}
     record.update(path="gluon_decode", status="CRASH", detail="IndexError: a[/b]", t_case_s=0.1)
@@ -110,7 +108,15 @@ def test_conform_summary_survives_zero_kernel_time_and_markup_in_a_detail(tmp_pa
         def poll(self):
             return self.returncode
 
-    monkeypatch.setattr(conformance.cli.conform.subprocess, "Popen", Child)
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+    from spec.realcode.executed import confine
+
+    monkeypatch.setattr(confine, "Child", Child)  # conform launches its child through confine
     cases = tmp_path / "cases.jsonl"
     cases.write_text(json.dumps(case) + "\n")
     out = run("conform", "--backend", "model", "--cases", cases, "--out", tmp_path / "results.jsonl")

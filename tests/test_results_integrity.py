@@ -257,7 +257,8 @@ def test_a_child_writes_nothing_once_conform_is_killed(tmp_path):
 def test_a_killed_xdist_worker_records_error_for_its_case_and_the_others_run_on(tmp_path):
     """The worker's case is ERROR (not SKIP, not lost); xdist replaces the worker and the rest run."""
     proc, cases, out = _start(tmp_path, 30, "--workers", "2")
-    (controller,) = _children(proc.pid)
+    # conform's children: the pytest controller, and confine's watchdog that kills its group with conform
+    (controller,) = [c for c in _children(proc.pid) if b"pytest" in Path(f"/proc/{c}/cmdline").read_bytes()]
     workers = _children(controller)
     assert len(workers) == 2
     os.kill(workers[0], signal.SIGKILL)

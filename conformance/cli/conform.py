@@ -109,7 +109,7 @@ def _pytest_command(
     if vllm:
         cmd += ["--mla-vllm", vllm]
     if workers > 1:
-        cmd[5:5] = ["-p", "xdist.plugin"]
+        cmd[4:4] = ["-p", "xdist.plugin"]  # named: plugin autoload is off in the child
         cmd += ["-n", str(workers)]
     return [*cmd, str(cases)]
 
