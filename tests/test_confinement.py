@@ -175,3 +175,16 @@ def test_nothing_of_the_run_outlives_a_signal_to_mla_spec_alone(looping_tree, tm
     proc.communicate()
     _reap(token)
     assert not left, f"{len(left)} process(es) of the run left 5 s after {sig.name}"
+
+
+def test_a_child_gets_the_folders_named_in_mla_spec_pythonpath_and_never_the_callers_pythonpath(monkeypatch):
+    """A GPU machine without a registry installs AITER's Triton kernels with pip --target: the child finds
+    them only where the user names the folder in MLA_SPEC_PYTHONPATH (the caller's PYTHONPATH is dropped)."""
+    from spec.realcode.executed import confine
+
+    monkeypatch.setenv("PYTHONPATH", "/from/the/callers/env")
+    monkeypatch.setenv("MLA_SPEC_PYTHONPATH", "/tmp/site:/tmp/more")
+    parts = confine.child_pythonpath().split(":")
+    assert parts == [str(confine.PACKAGE_ROOT), "/tmp/site", "/tmp/more"]
+    monkeypatch.delenv("MLA_SPEC_PYTHONPATH")
+    assert confine.child_pythonpath() == str(confine.PACKAGE_ROOT)

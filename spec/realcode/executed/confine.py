@@ -127,6 +127,18 @@ def time_limit() -> float:
     return _time_limit
 
 
+EXTRA_PATH_ENV = "MLA_SPEC_PYTHONPATH"
+
+
+def child_pythonpath() -> str:
+    """The child's ``PYTHONPATH``: this package's root, then the folders the user names in
+    :data:`EXTRA_PATH_ENV` (say, AITER's Triton kernels unpacked with ``pip install --target`` on a GPU
+    machine without a registry).  The caller's own ``PYTHONPATH`` never passes: a path into a child is
+    asked for by name, as every other variable is."""
+    extra = os.environ.get(EXTRA_PATH_ENV, "")
+    return os.pathsep.join([str(PACKAGE_ROOT), *(p for p in extra.split(os.pathsep) if p)])
+
+
 def allowed_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The caller's variables a child may see (:data:`ALLOWED`, :data:`ALLOWED_PREFIXES`) and ``extra``."""
     env = {k: v for k, v in os.environ.items() if k in ALLOWED or k.startswith(ALLOWED_PREFIXES)}
@@ -226,7 +238,7 @@ class Child:
         import subprocess
 
         env = dict(env)
-        env.update(HOME=str(cwd), TMPDIR=str(cwd), PYTHONPATH=str(PACKAGE_ROOT))
+        env.update(HOME=str(cwd), TMPDIR=str(cwd), PYTHONPATH=child_pythonpath())
         env.pop(HEARTBEAT_ENV, None)
         _install_handlers()
         self._beat_fd: int | None = None
