@@ -120,6 +120,7 @@ def forward_rank(step: Step, rank: int, group: Any, fault: str | None) -> dict[s
     q = group.all_gather(q_local, dim=1)  # MLADCPManager._gather_query (dcp.py 0.34.0 L1676-1680)
     st.arch, st.asm_padding_mode, st.gluon_build = shape.arch, shape.asm_padding_mode, shape.gluon_build
     st.registry, st.calls, st.events, st.kernel, st.dcp_rank = step.registry, [], [], kernel, rank
+    st.device = step.device  # where the release's workspace scratch is allocated
     clear_caches(step.module)
     try:
         vllm_config, kv_spec = configs.vllm_config(shape, step.options)

@@ -212,6 +212,7 @@ class Step:
         clear_caches(self.module)
         out: dict[str, Any] = {"shape": shape.to_json(), "stage": "init"}
         device = torch.device(self.options.get("device", "cpu"))
+        st.device = device
         try:
             vllm_config, kv_spec = configs.vllm_config(shape, self.options)
             builder = self.module.AiterMLAMetadataBuilder(kv_spec, [configs.LAYER], vllm_config, device)

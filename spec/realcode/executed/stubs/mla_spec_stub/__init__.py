@@ -36,6 +36,7 @@ class State:
         None  # callable(entry, call, tensors) -> None; fills the output (replay), or None (record only)
     )
     dcp_rank: int = 0  # the DCP rank get_dcp_group() answers (conformance.dcp_replay sets it per rank)
+    device: Any = "cpu"  # the worker's device, where vLLM's workspace manager allocates (the harness sets it)
 
 
 STATE = State()

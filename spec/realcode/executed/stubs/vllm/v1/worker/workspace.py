@@ -7,14 +7,17 @@ vLLM's shared workspace does, it hands out uninitialised storage: reservations
 """
 
 import torch
-from mla_spec_stub import StubMissing, strict
+from mla_spec_stub import STATE, StubMissing, strict
 
 __getattr__ = strict("vllm.v1.worker.workspace")
 
 
 class _Workspace:
     def get_simultaneous(self, *specs):
-        return [torch.empty(shape, dtype=dtype) for shape, dtype in specs]
+        """On the worker's device, as vLLM's manager (made with it) allocates: on a GPU, the release's
+        Triton verify reads this scratch (0.34.0 L3366-3369; a CPU tensor there was 'Pointer argument
+        cannot be accessed from Triton' on the H200)."""
+        return [torch.empty(shape, dtype=dtype, device=STATE.device) for shape, dtype in specs]
 
     def reserve_simultaneous(self, *specs):
         return None
