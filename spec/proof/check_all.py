@@ -65,10 +65,20 @@ def check_all(
         work = [
             ([(targets[n], regs) for n, regs in chain], invariants, max_classes, timeout) for chain in chains
         ]
-        with multiprocessing.get_context("fork").Pool(min(len(work), workers), maxtasksperchild=1) as pool:
-            for chain, results in zip(chains, pool.map(check_chain, work, chunksize=1)):
-                for (n, regs), rows in zip(chain, results):
-                    done.update({(n, reg): r for reg, r in zip(regs, rows)})
+        pool = multiprocessing.get_context("fork").Pool(min(len(work), workers), maxtasksperchild=1)
+        try:
+            mapped = pool.map(check_chain, work, chunksize=1)
+        except BaseException:
+            pool.terminate()
+            raise
+        # close and join, not the context manager's terminate: with maxtasksperchild=1 the pool forks a
+        # replacement worker as each one ends, and terminate() racing such a fork joins a worker blocked on
+        # the task queue's lock forever (seen in tests/test_docs.py on 2 cores: check hung in Pool.__exit__)
+        pool.close()
+        pool.join()
+        for chain, results in zip(chains, mapped):
+            for (n, regs), rows in zip(chain, results):
+                done.update({(n, reg): r for reg, r in zip(regs, rows)})
     out: list[CheckResult] = []
     for n, rev in enumerate(targets):
         if all((n, reg) in done for reg in registries):
