@@ -554,7 +554,9 @@ class FakeChild:
     """conform's pytest child, in-process: the plugin's case loop (skip what the results file holds, run the
     rest with the real runner, append each record), or a child that dies as the plan says."""
 
-    def __init__(self, cmd: list[str], stdout: Any = None, stderr: Any = None, env: Any = None) -> None:
+    def __init__(
+        self, cmd: list[str], stdout: Any = None, stderr: Any = None, env: Any = None, **_: Any
+    ) -> None:
         from conformance import runner
         from conformance.backends import DEVICE_LOST_EXIT, FAILURES, case_key
         from mla_model.case import read_cases
@@ -594,6 +596,12 @@ class FakeChild:
 
     def poll(self) -> int:
         return self.returncode
+
+    def __enter__(self) -> FakeChild:  # conform starts its child as a confine.Child context
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
 
 
 FAKES = Fakes()
@@ -667,14 +675,10 @@ def fakes(world: World) -> Any:
     conform_cli = modules["conformance.cli.conform"]
     scratch = world.root / "tmp"
     scratch.mkdir(exist_ok=True)
-    # conform asks which pytest plugins are installed (a scan of every distribution, 3 ms): once here.
-    plugins = importlib.metadata.entry_points(group="pytest11")
-    metadata = types.SimpleNamespace(entry_points=lambda group: plugins if group == "pytest11" else ())
     with pytest.MonkeyPatch.context() as mp:
         for target, value in fake.items():
             mp.setattr(target, value)
-        mp.setattr(conform_cli, "subprocess", types.SimpleNamespace(Popen=FakeChild, STDOUT=-2))
-        mp.setattr(conform_cli, "importlib", types.SimpleNamespace(metadata=metadata))
+        mp.setattr("spec.realcode.executed.confine.Child", FakeChild)  # conform's confined pytest child
         mp.setattr(
             conform_cli,
             "tempfile",
