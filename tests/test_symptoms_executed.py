@@ -26,7 +26,8 @@ kernel's contract, the output judged against the float32 reference
   No class has one today (the model's validity rules take those shapes out);
   the mapping stays so that one would be caught.
 * **silent wrong output** the stand-in reproduces (an fp8 cache read by
-  Gluon with the ``kv_scale=1.0`` vLLM passes): MISMATCH or NAN.
+  Gluon with the ``kv_scale=1.0`` vLLM passes; a DCP CPRR step's unpad, run
+  with every rank and the release's merge): MISMATCH or NAN.
 * **silent wrong output** it cannot reproduce: a kernel the registry lists as
   running but wrong (``[[known_wrong]]``: #51011's non-persistent fp8 path,
   aiter #5679), Gluon past its 2 GiB addressing bound.  The stand-in computes
@@ -86,8 +87,9 @@ pytestmark = [pytest.mark.network, pytest.mark.slow]
 # What the harness gives the replay: the backend's own stand-in, CPU, a short context (the verdict does not
 # depend on its length; the run time does).
 OPTIONS = {"replay": REPLAY, "device": "cpu", "kv_len": 16}
-# Wrong output the stand-in computes as the release's arguments make it (vLLM's kv_scale=1.0 to Gluon).
-REPRODUCED = ("gluon_kv_scale", "asm_v_scale")
+# Wrong output the executed release produces around a right kernel (vLLM's kv_scale=1.0 to Gluon, a V scale
+# dropped, the CPRR unpad that keeps o[:, :heads] of a repeat-padded query: findings F10).
+REPRODUCED = ("gluon_kv_scale", "asm_v_scale", "head_unpad")
 
 
 @dataclass(frozen=True)
@@ -155,6 +157,17 @@ def replayed() -> tuple[list[Class], dict[tuple[str, str, str], dict[str, Any]]]
             for (rev, reg), future in done.items()
             for key, row in zip(jobs[(rev, reg)], future.result(), strict=True)
         }
+    # A silent wrong output of a DCP step lives in the heads the ranks' merge returns (0.32-0.34's CPRR
+    # unpad, findings F10): one rank's record cannot show it, so those classes run every rank and the
+    # release's merge (conformance.dcp_replay, simulated ranks, as conform's vllm backend does).
+    from conformance import dcp_replay
+    from spec.realcode.executed.harness import release_code
+
+    for c in classes:
+        if c.shape.dcp_world_size > 1 and c.symptom.kind == SILENT_WRONG_OUTPUT:
+            code = release_code(RELEASE_OF_REVISION[c.revision])
+            (row,) = dcp_replay.execute(code, [c.shape], c.registry, OPTIONS, 0)
+            rows[(c.revision, c.registry, repr(c.shape))] = row
     return classes, rows
 
 
