@@ -120,9 +120,7 @@ def test_a_long_value_is_cut_in_the_message(tmp_path, field):
 
 def test_a_case_whose_memory_is_past_max_memory_is_refused_before_anything_runs(tmp_path):
     """Was: a 32-request case at --kv-len 262144 --full-context took 17.6 GB."""
-    big = next(
-        c for c in read_cases(ROOT / "tests/generated/vllm_034/cases.jsonl") if c.shape.num_reqs == 32
-    )
+    big = next(c for c in read_cases(ROOT / "tests/generated/vllm_034/cases.jsonl") if c.shape.num_reqs == 32)
     cases = tmp_path / "cases.jsonl"
     write_cases([big], cases)
     args = _reading("conform", cases) + ("--kv-len", "262144", "--full-context", "--max-memory", "1GiB")
