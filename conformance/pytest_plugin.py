@@ -319,7 +319,10 @@ class CaseItem(pytest.Item):
             pytest.xfail(f"{status} (predicted): {detail}")
 
     def repr_failure(self, excinfo: Any, style: Any = None) -> Any:
-        if isinstance(excinfo.value, CaseFailed):
+        """The case's line for its own outcomes (a surprise, a predicted failure); a traceback for anything
+        else.  pytest formats a traceback for an xfail too, parsing every source file on the stack: 0.5 s
+        a case on the CPU (vllm-0.27's 77 predicted failures: 39 of the run's 58 s), so never for ours."""
+        if isinstance(excinfo.value, (CaseFailed, pytest.xfail.Exception)):
             return f"{self.name} ({self.case.origin}): {excinfo.value}"
         return super().repr_failure(excinfo, style)
 
