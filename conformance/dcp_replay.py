@@ -282,7 +282,7 @@ def row(step: Step, records: list[dict[str, Any]], ranks: str) -> dict[str, Any]
         return out
     merged = torch.cat([r["output"].float() for r in records], dim=1)  # rank r holds heads r*H..(r+1)*H-1
     gathered = dataclasses.replace(shape, num_heads=shape.num_heads * step.world)
-    ref, ref_lowp, _ = reference(gathered, step.batch, merged.device)
+    ref, ref_lowp, _, _ = reference(gathered, step.batch, merged.device)
     verdict = classify(merged, ref, ref_lowp)
     verdict["max_abs_err"] = float((merged - ref).abs().nan_to_num(float("inf")).max())
     verdict["t_merge_ms"] = max(float(r.get("t_merge_ms", 0.0)) for r in records)
@@ -298,7 +298,7 @@ def main() -> None:
 
     from mla_model.registry import load_registry
     from mla_model.shape import Shape
-    from spec.realcode.executed.child import STUBS, install
+    from spec.realcode.executed.child import STUBS, cuda_started, fork_workers, install
 
     request = json.loads(sys.stdin.read())
     options = dict(request.get("options") or {})
@@ -324,15 +324,25 @@ def main() -> None:
         sys.exit(2)
     registry = load_registry(request["registry"])
     fault = options.get("inject_fault")
-    for i, data in enumerate(request["shapes"]):
-        shape = Shape.from_json(data)
-        step = prepare(module, shape, registry, options, int(request.get("seed", 0)) + i, device)
-        started = time.time()
-        records = run_distributed(step, fault) if distributed else run_simulated(step, fault)
-        if records is not None:
-            result = row(step, records, ranks)
-            result["t_step_s"] = time.time() - started
-            print(json.dumps(result, default=_plain), flush=True)
+    shapes, seed = request["shapes"], int(request.get("seed", 0))
+
+    def run_slice(a: int, b: int, out: Any) -> bool:
+        for i in range(a, b):
+            step = prepare(module, Shape.from_json(shapes[i]), registry, options, seed + i, device)
+            started = time.time()
+            records = run_distributed(step, fault) if distributed else run_simulated(step, fault)
+            if records is not None:
+                result = row(step, records, ranks)
+                result["t_step_s"] = time.time() - started
+                out.write(json.dumps(result, default=_plain) + "\n")
+                out.flush()
+        return True
+
+    workers = min(int(request.get("workers", 1)), len(shapes))
+    if distributed or workers < 2 or cuda_started():
+        run_slice(0, len(shapes), sys.stdout)
+    elif not fork_workers(len(shapes), workers, run_slice):
+        sys.exit(2)
     if distributed:
         import torch.distributed as dist
 
@@ -357,7 +367,7 @@ def execute(
     timeout: float = 1800,
 ) -> list[dict[str, Any]]:
     """One row per shape, each run with its ``dcp_world_size`` ranks as ``options["dcp_ranks"]`` says."""
-    from spec.realcode.executed.harness import HarnessError, child_env, read_rows, run_module
+    from spec.realcode.executed.harness import HarnessError, child_env, read_rows, run_module, worker_count
 
     ranks = options.get("dcp_ranks", "simulated")
     if ranks not in RANKS:
@@ -378,6 +388,10 @@ def execute(
             "shapes": [shapes[i].to_json() for i in idx],
             "options": options,
             "seed": seed,
+            # simulated ranks: one process forks workers after importing torch and the release
+            "workers": worker_count(len(idx), str(options.get("device", "cpu")))
+            if ranks == "simulated"
+            else 1,
         }
         env = child_env()
         env.setdefault("OMP_NUM_THREADS", "1")

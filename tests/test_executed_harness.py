@@ -193,3 +193,34 @@ def test_every_counterexample_of_vllm_0_27_fails_in_0_27_1_as_check_predicts():
     result = differential(release_code("0.27.1"), revision, [c.shape for c in cases])
     assert result.compared["outcome"] == len(cases)
     assert not result.disagreements, [d.to_json() for d in result.disagreements[:5]]
+
+
+def test_children_keep_bytecode_in_the_cache_only_where_torch_has_none(tmp_path, monkeypatch):
+    """A torch installed without bytecode (read-only, ``--no-compile``) costs every child 2 s of
+    compiling; the children then share bytecode under the mla-spec cache.  With torch's bytecode in place
+    they write none."""
+    import importlib.machinery
+    import importlib.util
+    import sys
+
+    from spec.realcode.executed import confine
+
+    source = tmp_path / "site" / "torch" / "__init__.py"
+    source.parent.mkdir(parents=True)
+    source.write_text("")
+    found = importlib.machinery.ModuleSpec("torch", None, origin=str(source))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: found if name == "torch" else None)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    env = confine.allowed_environment()
+    assert env["PYTHONPYCACHEPREFIX"] == str(
+        tmp_path / "cache" / "mla-spec" / "bytecode" / sys.implementation.cache_tag
+    )
+    assert "PYTHONDONTWRITEBYTECODE" not in env
+
+    monkeypatch.setattr(sys, "pycache_prefix", str(tmp_path / "cache" / "mla-spec" / "bytecode"))
+    assert "PYTHONPYCACHEPREFIX" in confine.allowed_environment()  # a child under the prefix passes it on
+    compiled = source.parent / "__pycache__" / f"__init__.{sys.implementation.cache_tag}.pyc"
+    compiled.parent.mkdir()
+    compiled.write_bytes(b"")
+    env = confine.allowed_environment()
+    assert env["PYTHONDONTWRITEBYTECODE"] == "1" and "PYTHONPYCACHEPREFIX" not in env

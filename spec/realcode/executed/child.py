@@ -27,6 +27,7 @@ import math
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -209,6 +210,7 @@ class Step:
         st.arch = self.options.get("probe_arch", st.arch)
         st.registry, st.calls, st.events = registry, [], []
         st.kernel = self.replay.kernel if self.replay else None
+        st.timer = getattr(self.replay, "kernel_ms", None)
         clear_caches(self.module)
         out: dict[str, Any] = {"shape": shape.to_json(), "stage": "init"}
         device = torch.device(self.options.get("device", "cpu"))
@@ -321,7 +323,7 @@ def main() -> None:
     step = Step(module, release_file, options)
     shapes, seed = request["shapes"], int(request.get("seed", 0))
     workers = min(int(request.get("workers", 1)), len(shapes))
-    if workers > 1:
+    if workers > 1 and not cuda_started():
         ok = run_forked(step, registry, shapes, seed, workers)
     else:
         ok = run_shapes(step, registry, shapes, seed, sys.stdout)
@@ -337,6 +339,13 @@ def loaded_torch() -> None:
     except ImportError:  # the release's own import says so, in its fatal line
         pass
     confine.beat()
+
+
+def cuda_started() -> bool:
+    """Whether this process has a CUDA context (the release's import or a stub touched the GPU): a
+    worker forked from it could not use the GPU, so its shapes run here, one after another."""
+    torch = sys.modules.get("torch")
+    return bool(torch is not None and torch.cuda.is_initialized())
 
 
 def run_shapes(step: Step, registry: Any, shapes: list[dict[str, Any]], seed: int, out: Any) -> bool:
@@ -357,11 +366,19 @@ def run_shapes(step: Step, registry: Any, shapes: list[dict[str, Any]], seed: in
 
 
 def run_forked(step: Step, registry: Any, shapes: list[dict[str, Any]], seed: int, workers: int) -> bool:
-    """The shapes split over ``workers`` processes forked from this one, so torch and the release are
-    imported once, not once per worker; each writes its slice's lines to a file in the scratch working
-    directory, and they are printed here in order.  Shape ``i`` is seeded ``seed + i`` whichever worker
-    runs it.  False where a worker met a stub fault (its ``fatal`` line printed) or stopped."""
-    bounds = [len(shapes) * w // workers for w in range(workers + 1)]
+    """The shapes split over ``workers`` processes forked from this one (:func:`fork_workers`); shape ``i``
+    is seeded ``seed + i`` whichever worker runs it."""
+    return fork_workers(
+        len(shapes), workers, lambda a, b, out: run_shapes(step, registry, shapes[a:b], seed + a, out)
+    )
+
+
+def fork_workers(count: int, workers: int, run_slice: Callable[[int, int, Any], bool]) -> bool:
+    """Shapes ``0 .. count - 1`` split over ``workers`` processes forked from this one, so torch and the
+    release are imported once, not once per worker: ``run_slice(a, b, out)`` writes the JSON lines of shapes
+    ``a .. b - 1`` to ``out`` (a file in the scratch working directory), and the lines are printed here in
+    order.  False where a worker met a stub fault (its ``fatal`` line printed) or stopped."""
+    bounds = [count * w // workers for w in range(workers + 1)]
     parts = [Path(f"part-{w}.jsonl") for w in range(workers)]
     sys.stdout.flush()
     pids, parent = [], os.getpid()
@@ -372,7 +389,7 @@ def run_forked(step: Step, registry: Any, shapes: list[dict[str, Any]], seed: in
             try:
                 confine.die_with_parent(parent)
                 with parts[w].open("w") as out:
-                    status = 0 if run_shapes(step, registry, shapes[a:b], seed + a, out) else 2
+                    status = 0 if run_slice(a, b, out) else 2
             finally:
                 os._exit(status)
         pids.append(pid)

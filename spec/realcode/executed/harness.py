@@ -16,7 +16,6 @@ import os
 import sys
 import tempfile
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,8 +38,8 @@ NEEDS_TORCH = (
     "executing a vLLM release needs torch: pip install 'mla-spec[conform]' (on a machine without a "
     "GPU first: pip install torch --index-url https://download.pytorch.org/whl/cpu)"
 )
-CHUNK_MIN = 250  # shapes below which a second child costs more (its ~1.5 s start) than it saves
 FORK_MIN = 16  # shapes below which a second forked worker costs more than it saves
+GPU_FORK_MIN = 24  # the same on a GPU, where each worker also starts its own CUDA context
 
 
 class HarnessError(RuntimeError):
@@ -97,36 +96,34 @@ def execute(
     :func:`confine.time_limit`, the command's ``--timeout``); past it the child is killed and
     :class:`ExecutionTimeout` raised.
 
-    Large batches are split over one worker per core; shape ``i`` is seeded ``seed + i`` whichever
-    worker runs it, so the records do not depend on the split.  On the CPU the workers are forked by one
-    child after it imported torch and the release (once, not once per worker); on a GPU, whose context
-    does not survive a fork, each is a child of its own.
+    Large batches are split over forked workers (one per core at most): shape ``i`` is seeded
+    ``seed + i`` whichever worker runs it, so the records do not depend on the split.  The workers are
+    forked by one child after it imported torch and the release, so both are loaded once, not once per
+    worker (on the H200 acceptance machine ``import torch`` alone took 5.5 s, a case about 20 ms).  On a
+    GPU the fork comes before anything touches CUDA (whose context does not survive a fork): each worker
+    starts its own, about 0.45 s on the H200, so a GPU worker takes :data:`GPU_FORK_MIN` shapes or more.
     """
     shapes = list(shapes)
-    if str((options or {}).get("device", "cpu")) == "cpu":
-        workers = max(1, min(os.cpu_count() or 1, len(shapes) // FORK_MIN))
-        return _run_child(code, shapes, registry_id, options, seed, timeout, workers)
-    workers = max(1, min(os.cpu_count() or 1, len(shapes) // CHUNK_MIN))
-    bounds = [len(shapes) * w // workers for w in range(workers + 1)]
-    chunks = [(shapes[a:b], seed + a) for a, b in zip(bounds, bounds[1:])]
-    if len(chunks) == 1:
-        return _run_child(code, chunks[0][0], registry_id, options, chunks[0][1], timeout)
-    with ThreadPoolExecutor(len(chunks)) as pool:
-        try:
-            parts = list(
-                pool.map(lambda c: _run_child(code, c[0], registry_id, options, c[1], timeout), chunks)
-            )
-        except BaseException:  # KeyboardInterrupt here: the worker threads wait on children, end those
-            confine.kill_all()
-            raise
-    return [row for part in parts for row in part]
+    workers = worker_count(len(shapes), str((options or {}).get("device", "cpu")))
+    return _run_child(code, shapes, registry_id, options, seed, timeout, workers)
+
+
+def worker_count(shapes: int, device: str) -> int:
+    """How many workers a child forks for ``shapes`` shapes on ``device``: one per core at most, each with
+    :data:`FORK_MIN` shapes or more (:data:`GPU_FORK_MIN` on a GPU)."""
+    least = FORK_MIN if device == "cpu" else GPU_FORK_MIN
+    return max(1, min(os.cpu_count() or 1, shapes // least))
 
 
 def child_env(*dropped_prefixes: str) -> dict[str, str]:
     """The environment of a harness child: the caller's allow-listed variables
     (:func:`confine.allowed_environment`; never a ``VLLM_``/``AITER_`` knob: the release reads the stubs'
-    answers, never the caller's settings), less any prefix named."""
-    return {k: v for k, v in confine.allowed_environment().items() if not k.startswith(dropped_prefixes)}
+    answers, never the caller's settings), less any prefix named.  ``torch.cuda.is_available()`` answers
+    through NVML there, which leaves CUDA untouched: the stubs ask it before a child forks its workers,
+    and a CUDA driver started before a fork is unusable after it."""
+    env = {k: v for k, v in confine.allowed_environment().items() if not k.startswith(dropped_prefixes)}
+    env.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    return env
 
 
 def run_module(
