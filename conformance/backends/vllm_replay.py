@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import math
 import sys
-import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -105,6 +105,28 @@ def _scale(value: Any, what: str, info: dict[str, Any]) -> float:
     return float(value)
 
 
+TIMING_REPEATS = 3  # runs of a computation timed after the one that gave the result; the fastest counts
+
+
+def kernel_ms(fn: Callable[[], Any], device: Any) -> float:
+    """The fastest of :data:`TIMING_REPEATS` further runs of ``fn``, in ms: CUDA events on a GPU (device
+    time), the wall clock on the CPU (:class:`conformance.runner.Stopwatch`, as the other backends time
+    theirs).  Run after the call that gave the result, so a Triton kernel's compilation (its first
+    launch) is never counted.  ``fn`` must be a pure function of its inputs: it writes what it wrote."""
+    from conformance.runner import Stopwatch
+
+    watch = Stopwatch(str(device))
+    watch.best("run", fn, TIMING_REPEATS)
+    return watch.millis()["run"]
+
+
+def _timed(info: dict[str, Any], device: Any, fn: Callable[[], Any]) -> Any:
+    """``fn()``, its time (:func:`kernel_ms`) added to the call's ``t_ms``: the kernel time of the call."""
+    result = fn()
+    info["t_ms"] = info.get("t_ms", 0.0) + kernel_ms(fn, device)
+    return result
+
+
 # --- the arithmetic ---------------------------------------------------------------------------
 
 
@@ -138,9 +160,15 @@ def _attend_rows(
 
 
 def _triton_attend(
-    q: torch.Tensor, kv_rows: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor, sm_scale: float
+    q: torch.Tensor,
+    kv_rows: torch.Tensor,
+    indptr: torch.Tensor,
+    indices: torch.Tensor,
+    sm_scale: float,
+    info: dict[str, Any],
 ) -> torch.Tensor | None:
-    """AITER's Triton MLA decode on the same rows (bf16 operands, scales already applied), or None."""
+    """AITER's Triton MLA decode on the same rows (bf16 operands, scales already applied), or None; the
+    kernel's launch alone is timed (:func:`_timed`), its operands' preparation is not."""
     kernel = _load_triton()
     if kernel is None or (
         indices.numel() and (int(indices.min()) < 0 or int(indices.max()) >= kv_rows.shape[0])
@@ -153,8 +181,13 @@ def _triton_attend(
     out = torch.full((n, heads, V_HEAD_DIM), float("nan"), dtype=torch.bfloat16, device=q.device)
     splits = 1
     logits = torch.empty(n, heads, splits, KV_LORA_RANK + 1, dtype=torch.float32, device=q.device)
-    grouped_rope_decode(kernel, q.to(torch.bfloat16).contiguous(), k_buffer, out, indptr.to(torch.int32),
-                        indices.to(torch.int32), logits, splits, sm_scale)  # fmt: skip
+    q16, indptr32, indices32 = (
+        q.to(torch.bfloat16).contiguous(),
+        indptr.to(torch.int32),
+        indices.to(torch.int32),
+    )
+    args = (q16, k_buffer, out, indptr32, indices32, logits, splits, sm_scale)
+    _timed(info, q.device, lambda: grouped_rope_decode(kernel, *args))
     return out.float()
 
 
@@ -208,14 +241,14 @@ def _compute(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The rows' output and, with ``need_lse``, their LSE (AITER's Triton decode gives no LSE here: torch)."""
     if q.device.type == "cuda" and same_scale and not need_lse:
-        out = _triton_attend(q, k, indptr, indices, sm_scale)
+        out = _triton_attend(q, k, indptr, indices, sm_scale, info)
         if out is not None:
             info["compute"] = "aiter-triton decode_attention_fwd_grouped_rope"
             return out, None
     info["compute"] = f"torch float32 ({q.device.type})"
     if q.device.type == "cuda" and _TRITON_MISSING:
         info["aiter_triton_unavailable"] = _TRITON_MISSING[0]
-    return _attend_rows(q, k, v, indptr, indices, sm_scale)
+    return _timed(info, q.device, lambda: _attend_rows(q, k, v, indptr, indices, sm_scale))
 
 
 def _row_windows(
@@ -388,7 +421,8 @@ def _triton_decode(call: dict[str, Any], t: dict[str, Any], st: Any, info: dict[
     indptr, indices = _paged_tokens(t["req_to_token"], t["seq_lens"], int(call["page_size"]), o.device)
     qf = read_as_kernel(q, st.arch, info, "q")
     sm = float(call["sm_scale"])
-    out, rows_lse = _attend_rows(qf, kvf * kv_scale, kvf[:, :V_HEAD_DIM] * kv_scale, indptr, indices, sm)
+    k, v = kvf * kv_scale, kvf[:, :V_HEAD_DIM] * kv_scale
+    out, rows_lse = _timed(info, q.device, lambda: _attend_rows(qf, k, v, indptr, indices, sm))
     info["compute"] = f"torch float32 ({q.device.type})"
     o.copy_(out.to(o.dtype))
     lse.copy_(rows_lse)
@@ -458,22 +492,29 @@ def _segmented(call: dict[str, Any], t: dict[str, Any], st: Any, info: dict[str,
     q_scale = 1.0 if call.get("q_scale") is None else float(call["q_scale"])
     qk = float(call["sm_scale"]) / math.log(2) * q_scale * kv_scale
     indptr, indices = _paged_tokens(t["block_table"], seq_lens, page, q.device)
-    written = 0
-    for b, n in enumerate(seq_lens.tolist()):
-        if n <= 0:
-            continue
-        tok = indices[indptr[b] : indptr[b + 1]].long()
-        rows = poisoned[torch.where((tok < 0) | (tok >= kvf.shape[0]), kvf.shape[0], tok)]
-        scores = qk * (qf[b] @ rows.T)  # [heads, n], base 2
-        span = -(-n // (segments * page)) * page  # tiles_per_segment * TILE_SIZE tokens
-        for g, start in enumerate(range(0, n, span)):
-            s = scores[:, start : start + span]
-            m = s.amax(-1)
-            p = torch.exp2(s - m[:, None])
-            t["segm_max"][b, :, g] = m
-            t["segm_expsum"][b, :, g] = p.sum(-1)
-            segm_output[b, :, g, :KV_LORA_RANK] = (p @ rows[start : start + span, :KV_LORA_RANK]) * kv_scale
-        written += 1
+
+    def fill() -> int:
+        written = 0
+        for b, n in enumerate(seq_lens.tolist()):
+            if n <= 0:
+                continue
+            tok = indices[indptr[b] : indptr[b + 1]].long()
+            rows = poisoned[torch.where((tok < 0) | (tok >= kvf.shape[0]), kvf.shape[0], tok)]
+            scores = qk * (qf[b] @ rows.T)  # [heads, n], base 2
+            span = -(-n // (segments * page)) * page  # tiles_per_segment * TILE_SIZE tokens
+            for g, start in enumerate(range(0, n, span)):
+                s = scores[:, start : start + span]
+                m = s.amax(-1)
+                p = torch.exp2(s - m[:, None])
+                t["segm_max"][b, :, g] = m
+                t["segm_expsum"][b, :, g] = p.sum(-1)
+                segm_output[b, :, g, :KV_LORA_RANK] = (
+                    p @ rows[start : start + span, :KV_LORA_RANK]
+                ) * kv_scale
+            written += 1
+        return written
+
+    written = _timed(info, q.device, fill)
     info.update(
         compute=f"torch float32 ({q.device.type})",
         kv_scale=kv_scale,
@@ -491,8 +532,13 @@ def _segment_merge(call: dict[str, Any], t: dict[str, Any], info: dict[str, Any]
     (:func:`conformance.dcp_merge.load_segment_merge`), into the output and LSE the stub allocated."""
     from conformance.dcp_merge import load_segment_merge
 
-    output, lse = load_segment_merge()(
-        t["q"], t["segm_max"], t["segm_expsum"], t["seq_lens"], int(call["tile_size"]), t["o"].dtype
+    merge = load_segment_merge()
+    output, lse = _timed(
+        info,
+        t["o"].device,
+        lambda: merge(
+            t["q"], t["segm_max"], t["segm_expsum"], t["seq_lens"], int(call["tile_size"]), t["o"].dtype
+        ),
     )
     t["o"].copy_(output)
     t["lse"].copy_(lse)
@@ -503,7 +549,6 @@ def _segment_merge(call: dict[str, Any], t: dict[str, Any], info: dict[str, Any]
 def kernel(entry: str, call: dict[str, Any]) -> Any:
     """Fill the recorded call's output ``o`` as the routed kernel would (the recorder admitted the call);
     an ASM call with ``return_lse`` returns ``(o, lse)`` with the true LSE of the rows it was given."""
-    started = time.perf_counter()
     info: dict[str, Any] = {}
     call["replay"] = info
     st = _state()
@@ -523,9 +568,6 @@ def kernel(entry: str, call: dict[str, Any]) -> Any:
         _segment_merge(call, call["tensors"], info)
     else:
         info["no_stand_in"] = f"no stand-in for {entry}: output left as vLLM allocated it"
-    if call["tensors"]["o"].is_cuda:
-        torch.cuda.synchronize(call["tensors"]["o"].device)
-    info["t_ms"] = (time.perf_counter() - started) * 1e3
     return result
 
 
@@ -534,8 +576,10 @@ def kernel(entry: str, call: dict[str, Any]) -> Any:
 
 def reference(
     shape: Any, batch: Any, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor, DecodeInputs]:
-    """The float32 reference and its bf16 twin (for the tolerance) from the batch's true logical inputs."""
+) -> tuple[torch.Tensor, torch.Tensor, DecodeInputs, float]:
+    """The float32 reference and its bf16 twin (for the tolerance) from the batch's true logical inputs,
+    and their time (:func:`kernel_ms`: the two attentions, as :func:`conformance.runner.run_case` times
+    the reference of the other backends)."""
     R, Q = shape.num_reqs, shape.max_qo_len
     pages = batch.kv_cache.shape[0]
     kv = PagedKV(
@@ -545,11 +589,16 @@ def reference(
         1.0,
     )
     inputs = DecodeInputs(batch.q_true.to(device), kv, Q, bool(shape.causal), 1.0, DEFAULT_SM_SCALE)
-    ops = operands(inputs)
+    ops = operands(inputs)  # gathering and masking: input preparation, untimed (as conformance.runner's)
+    ops16 = ops.to(torch.bfloat16)
     H = batch.q_true.shape[1]
-    ref = attend(ops).view(R * Q, H, V_HEAD_DIM)
-    ref_lowp = attend(ops.to(torch.bfloat16)).view(R * Q, H, V_HEAD_DIM)
-    return ref, ref_lowp, inputs
+    refs: list[torch.Tensor] = []
+
+    def both() -> None:
+        refs[:] = [attend(ops).view(R * Q, H, V_HEAD_DIM), attend(ops16).view(R * Q, H, V_HEAD_DIM)]
+
+    both()
+    return refs[0], refs[1], inputs, kernel_ms(both, device)
 
 
 def verdict(
@@ -558,11 +607,7 @@ def verdict(
     """PASS / MISMATCH / NAN of the step's output against the true reference (the runner's classify)."""
     from conformance.runner import classify
 
-    started = time.perf_counter()
-    ref, ref_lowp, inputs = reference(shape, batch, output.device)
-    if output.is_cuda:
-        torch.cuda.synchronize(output.device)
-    t_ref = (time.perf_counter() - started) * 1e3
+    ref, ref_lowp, inputs, t_ref = reference(shape, batch, output.device)
     result = classify(output, ref, ref_lowp)
     kv_tokens = int(inputs.kv.seq_lens.sum())
     result.update(

@@ -35,6 +35,7 @@ class State:
     kernel: Any = (
         None  # callable(entry, call, tensors) -> None; fills the output (replay), or None (record only)
     )
+    timer: Any = None  # callable(fn, device) -> ms: the replay's kernel clock, or None (nothing timed)
     dcp_rank: int = 0  # the DCP rank get_dcp_group() answers (conformance.dcp_replay sets it per rank)
     device: Any = "cpu"  # the worker's device, where vLLM's workspace manager allocates (the harness sets it)
 

@@ -236,24 +236,44 @@ def _admit(call: dict[str, Any], tensors: dict[str, Any], refusal: Any) -> None:
 def compute(entry: str, call: dict[str, Any], real: Any = None) -> Any:
     """Fill the call's output: ``real()`` where the real kernel can run here, else the stand-in, if any.
 
-    A failure inside the stand-in is the harness's (:class:`StandInFault`), never
-    reported as vLLM raising.
+    The release's own kernel (a Triton op of vLLM's) that this GPU's Triton cannot compile for the
+    call's dtype (vLLM 0.34.0's gfx942 verify reads fp8 ``e4m3fnuz``: NVIDIA's Triton has no
+    ``fp8e4b8``) is served by the stand-in, as on a machine without a GPU, and the call says so in
+    ``computed_by``.  Any other failure of the real kernel, and any failure inside the stand-in, is the
+    harness's (:class:`StandInFault`), never reported as vLLM raising.  Where a replay's clock is set
+    (:data:`State.timer`), the real kernel's time goes into the call's ``replay`` record.
     """
     if real is not None:
         call["computed_by"] = "the release's own kernel"
         try:
-            return real()
+            result = real()
         except Exception as e:  # noqa: BLE001  (a ROCm kernel on this machine's GPU: the harness's limit)
-            raise StandInFault(
+            why = (
                 f"the release's own {entry} cannot run on this GPU: {type(e).__name__}: "
                 f"{str(e).splitlines()[-1] if str(e) else ''}"
-            ) from e
+            )
+            if STATE.kernel is None or not _dtype_not_on_this_gpu(e):
+                raise StandInFault(why) from e
+            call["computed_by"] = f"the stand-in ({why})"
+        else:
+            if STATE.timer is not None:
+                call["replay"] = {
+                    "compute": "the release's own kernel",
+                    "t_ms": STATE.timer(real, STATE.device),
+                }
+            return result
     if STATE.kernel is None:
         return None
     try:
         return STATE.kernel(entry, call)
     except Exception as e:  # noqa: BLE001
         raise StandInFault(f"the {entry} stand-in failed: {type(e).__name__}: {e}") from e
+
+
+def _dtype_not_on_this_gpu(e: BaseException) -> bool:
+    """Triton refusing to compile a type this GPU lacks (``type fp8e4b8 not supported in this
+    architecture``, Triton 3.6 on an H200): the kernel cannot run here, whatever its inputs."""
+    return type(e).__name__ == "CompilationError" and "not supported in this architecture" in str(e)
 
 
 def vllm_triton_op(
