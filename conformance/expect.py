@@ -10,8 +10,9 @@ failure.
 
 What a backend can show depends on what computes.  :data:`KERNEL_DEFECTS` are wrong outputs that live
 inside an AITER kernel's own arithmetic (a kernel the registry lists as known-wrong, ``mla_gluon``
-past the 2 GiB it addresses): only the real kernel shows them, so on a backend that computes with a
-stand-in inside the kernel's contract (``vllm``, ``model``, ``aiter-triton``) the class predicts PASS.
+past the 2 GiB it addresses): only the real ASM or Gluon kernel shows them, and every backend here
+computes with a stand-in inside the kernel's contract (``vllm``, ``model``) or AITER's Triton kernel
+(``aiter-triton``), so the class predicts PASS.
 Fault injection moves the prediction: ``--inject-fault drop-rank-lse`` makes every DCP step that
 would pass a MISMATCH; the model backend's ``--fault`` switches have no prediction (raw statuses).
 """
@@ -27,8 +28,6 @@ from mla_model.case import is_expected
 # Symptom causes (mla_model.failures.WRONG_OUTPUTS) inside an AITER kernel: the registry's known-wrong
 # kernels and mla_gluon past its 2 GiB KV bound (sources §41-§42).
 KERNEL_DEFECTS = ("known_wrong", "gluon_kv_bound")
-# Backends whose kernels are AITER's own on AMD hardware, so that KERNEL_DEFECTS show.
-REAL_KERNEL_BACKENDS = ("vllm-aiter",)
 NO_PREDICTION = "-"  # a run under a --fault switch: raw statuses only
 
 
@@ -37,7 +36,7 @@ def predicted(case: Any, backend: str, fault: str | None = None, inject_fault: s
     if fault is not None:
         return NO_PREDICTION
     status, cause = case.expected_outcome["status"], case.expected_outcome.get("cause")
-    if cause in KERNEL_DEFECTS and backend not in REAL_KERNEL_BACKENDS:
+    if cause in KERNEL_DEFECTS:
         status = "PASS"
     if inject_fault == "drop-rank-lse" and case.shape.dcp_world_size > 1 and status == "PASS":
         status = "MISMATCH"
