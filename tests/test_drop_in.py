@@ -107,7 +107,8 @@ def test_module_fails_on_the_neighbour_exactly_where_routes_differ(pair, folder)
     module, cases = _generated(mine, folder)
     failed, _ = _shim(module, RELEASE_OF_REVISION[theirs])
     must, unknown = _differing(mine, theirs, cases)
-    assert must, f"{mine} and {theirs} state the same facts for every case: nothing to tell them apart"
+    # Where the two revisions state the same facts for every case (0.28's cases on 0.29.0), nothing may fail.
+    assert must or pair != REPRESENTATIVE
     known = {f for f in failed | must if f.split("[", 1)[1][:-1] not in unknown}
     assert {f for f in known if f in failed and not f.startswith("test_numeric")} == {
         f for f in known if f in must
