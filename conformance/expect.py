@@ -31,8 +31,8 @@ KERNEL_DEFECTS = ("known_wrong", "gluon_kv_bound")
 NO_PREDICTION = "-"  # a run under a --fault switch: raw statuses only
 
 
-def predicted(case: Any, backend: str, fault: str | None = None, inject_fault: str | None = None) -> str:
-    """The status the case's class predicts on ``backend`` (:data:`NO_PREDICTION` under ``--fault``)."""
+def predicted(case: Any, fault: str | None = None, inject_fault: str | None = None) -> str:
+    """The status the case's class predicts on any backend (:data:`NO_PREDICTION` under ``--fault``)."""
     if fault is not None:
         return NO_PREDICTION
     status, cause = case.expected_outcome["status"], case.expected_outcome.get("cause")
@@ -57,7 +57,6 @@ def verdict_of(expected: str, status: str) -> str:
 def judge(
     records: Iterable[dict[str, Any]],
     cases: Iterable[Any],
-    backend: str,
     fault: str | None = None,
     inject_fault: str | None = None,
 ) -> list[dict[str, Any]]:
@@ -66,7 +65,7 @@ def judge(
     out = []
     for r in records:
         case = by_key.get(r["key"])
-        expected = predicted(case, backend, fault, inject_fault) if case is not None else NO_PREDICTION
+        expected = predicted(case, fault, inject_fault) if case is not None else NO_PREDICTION
         out.append({**r, "expected": expected, "verdict": verdict_of(expected, r["status"])})
     return out
 

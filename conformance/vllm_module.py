@@ -57,7 +57,7 @@ def numeric_cases(revision_id: str, cases: list[Case]) -> list[Case]:
     rev = get_revision(revision_id)
     by_route: dict[tuple[str, bool], list[Case]] = {}
     for c in cases:
-        if predicted(c, "vllm") == "PASS" and c.shape.dcp_world_size == 1 and c.shape.causal:
+        if predicted(c) == "PASS" and c.shape.dcp_world_size == 1 and c.shape.causal:
             fp8 = c.shape.kv_cache_dtype in FP8_KV_CACHE_DTYPES
             by_route.setdefault((c.expected_route["path"], fp8), []).append(c)
 
