@@ -28,6 +28,15 @@ from tests.cli import run
 REVISIONS = released_revisions()
 PAIRS = [(a, b) for x, y in zip(REVISIONS, REVISIONS[1:]) for a, b in ((x, y), (y, x))]
 REPRESENTATIVE = ("vllm-0.28", "vllm-0.27")
+# The pairs whose models state the same facts for every case of the module that both model: 0.29 adds
+# DCP, out of 0.28's scope (67 of 0.29's 146 cases), and 0.30 changes only non-causal steps, out of
+# 0.29's (5 of 0.30's 152).
+SAME_FACTS = {
+    ("vllm-0.28", "vllm-0.29"),
+    ("vllm-0.29", "vllm-0.28"),
+    ("vllm-0.29", "vllm-0.30"),
+    ("vllm-0.30", "vllm-0.29"),
+}
 
 
 def _params(values: list, *regular: object) -> list:
@@ -103,12 +112,17 @@ def test_module_passes_on_its_own_release(revision, folder):
 @pytest.mark.network
 @pytest.mark.parametrize("pair", _params(PAIRS, REPRESENTATIVE))
 def test_module_fails_on_the_neighbour_exactly_where_routes_differ(pair, folder):
+    """The module fails on the neighbour's release exactly where the two models state different facts.
+
+    Where they state the same facts for every case both model (:data:`SAME_FACTS`: 0.28 / 0.29 and
+    0.29 / 0.30, both ways), the neighbour's release must pass every routing test of the module, the
+    cases outside the neighbour model's scope aside; every other pair must have cases that fail.
+    """
     mine, theirs = pair
     module, cases = _generated(mine, folder)
     failed, _ = _shim(module, RELEASE_OF_REVISION[theirs])
     must, unknown = _differing(mine, theirs, cases)
-    # Where the two revisions state the same facts for every case (0.28's cases on 0.29.0), nothing may fail.
-    assert must or pair != REPRESENTATIVE
+    assert bool(must) == (pair not in SAME_FACTS), sorted(must)[:10]
     known = {f for f in failed | must if f.split("[", 1)[1][:-1] not in unknown}
     assert {f for f in known if f in failed and not f.startswith("test_numeric")} == {
         f for f in known if f in must
