@@ -138,7 +138,7 @@ def conform(backend: str, cases: Path, out: Path, device: str, vllm: str | None 
     return {"summary": summary, "exit": proc.returncode, "wall_s": round(wall, 2)}
 
 
-def judged_release(backend: str, cases_file: Path, results: Path) -> dict[str, Any]:
+def judged_release(cases_file: Path, results: Path) -> dict[str, Any]:
     """The run's statuses against the predicted ones: counts, surprises, and the fp8 -> Gluon cases."""
     from conformance.backends import case_key
     from conformance.expect import judge
@@ -147,7 +147,7 @@ def judged_release(backend: str, cases_file: Path, results: Path) -> dict[str, A
 
     cases = read_cases(cases_file)
     latest = {r["key"]: r for r in ResultsLog(results).records()} if results.exists() else {}
-    records = judge([latest[k] for k in (case_key(c) for c in cases) if k in latest], cases, backend)
+    records = judge([latest[k] for k in (case_key(c) for c in cases) if k in latest], cases)
     by_key = {case_key(c): c for c in cases}
     counts: dict[str, dict[str, int]] = {}
     for r in records:
@@ -263,8 +263,8 @@ def run(device: str, commit: str | None, workdir: Path) -> dict[str, Any]:
         # the same statuses.
         again = conform("vllm", cases_file, workdir / f"vllm-{release}-rerun.jsonl", device, release)
         summary = ran["summary"]
-        judged = judged_release("vllm", cases_file, out)
-        rejudged = judged_release("vllm", cases_file, workdir / f"vllm-{release}-rerun.jsonl")
+        judged = judged_release(cases_file, out)
+        rejudged = judged_release(cases_file, workdir / f"vllm-{release}-rerun.jsonl")
         judged.update(
             cases_per_minute=summary.get("cases_per_minute"),
             median_kernel_ms=summary.get("median_kernel_ms"),
@@ -306,7 +306,7 @@ def run(device: str, commit: str | None, workdir: Path) -> dict[str, Any]:
     cases_file = ROOT / "tests" / "generated" / AITER_TRITON / "cases.jsonl"
     out = workdir / "aiter-triton.jsonl"
     ran = conform("aiter-triton", cases_file, out, device)
-    triton = judged_release("aiter-triton", cases_file, out)
+    triton = judged_release(cases_file, out)
     triton.update(
         cases_file=cases_file.relative_to(ROOT).as_posix(),
         cases_per_minute=ran["summary"].get("cases_per_minute"),

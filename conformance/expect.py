@@ -10,8 +10,9 @@ failure.
 
 What a backend can show depends on what computes.  :data:`KERNEL_DEFECTS` are wrong outputs that live
 inside an AITER kernel's own arithmetic (a kernel the registry lists as known-wrong, ``mla_gluon``
-past the 2 GiB it addresses): only the real kernel shows them, so on a backend that computes with a
-stand-in inside the kernel's contract (``vllm``, ``model``, ``aiter-triton``) the class predicts PASS.
+past the 2 GiB it addresses): only the real ASM or Gluon kernel shows them, and every backend here
+computes with a stand-in inside the kernel's contract (``vllm``, ``model``) or AITER's Triton kernel
+(``aiter-triton``), so the class predicts PASS.
 Fault injection moves the prediction: ``--inject-fault drop-rank-lse`` makes every DCP step that
 would pass a MISMATCH; the model backend's ``--fault`` switches have no prediction (raw statuses).
 """
@@ -27,17 +28,15 @@ from mla_model.case import is_expected
 # Symptom causes (mla_model.failures.WRONG_OUTPUTS) inside an AITER kernel: the registry's known-wrong
 # kernels and mla_gluon past its 2 GiB KV bound (sources §41-§42).
 KERNEL_DEFECTS = ("known_wrong", "gluon_kv_bound")
-# Backends whose kernels are AITER's own on AMD hardware, so that KERNEL_DEFECTS show.
-REAL_KERNEL_BACKENDS = ("vllm-aiter",)
 NO_PREDICTION = "-"  # a run under a --fault switch: raw statuses only
 
 
-def predicted(case: Any, backend: str, fault: str | None = None, inject_fault: str | None = None) -> str:
-    """The status the case's class predicts on ``backend`` (:data:`NO_PREDICTION` under ``--fault``)."""
+def predicted(case: Any, fault: str | None = None, inject_fault: str | None = None) -> str:
+    """The status the case's class predicts on any backend (:data:`NO_PREDICTION` under ``--fault``)."""
     if fault is not None:
         return NO_PREDICTION
     status, cause = case.expected_outcome["status"], case.expected_outcome.get("cause")
-    if cause in KERNEL_DEFECTS and backend not in REAL_KERNEL_BACKENDS:
+    if cause in KERNEL_DEFECTS:
         status = "PASS"
     if inject_fault == "drop-rank-lse" and case.shape.dcp_world_size > 1 and status == "PASS":
         status = "MISMATCH"
@@ -58,7 +57,6 @@ def verdict_of(expected: str, status: str) -> str:
 def judge(
     records: Iterable[dict[str, Any]],
     cases: Iterable[Any],
-    backend: str,
     fault: str | None = None,
     inject_fault: str | None = None,
 ) -> list[dict[str, Any]]:
@@ -67,7 +65,7 @@ def judge(
     out = []
     for r in records:
         case = by_key.get(r["key"])
-        expected = predicted(case, backend, fault, inject_fault) if case is not None else NO_PREDICTION
+        expected = predicted(case, fault, inject_fault) if case is not None else NO_PREDICTION
         out.append({**r, "expected": expected, "verdict": verdict_of(expected, r["status"])})
     return out
 

@@ -38,7 +38,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--mla-backend",
         metavar="NAME",
-        help="backend to replay the cases on: model, aiter-triton, vllm-aiter, vllm",
+        help="backend to replay the cases on: model, aiter-triton, vllm",
     )
     group.addoption(
         "--mla-cases", metavar="FILE", help="cases JSONL file (mla-spec cases); each line becomes a test"
@@ -310,9 +310,7 @@ class CaseItem(pytest.Item):
         from conformance.backends.vllm import DCP_ENV
         from conformance.expect import predicted, verdict_of
 
-        expected = predicted(
-            self.case, settings["backend"], settings["fault"], os.environ.get(DCP_ENV["inject_fault"])
-        )
+        expected = predicted(self.case, settings["fault"], os.environ.get(DCP_ENV["inject_fault"]))
         if verdict_of(expected, status) != "expected":
             raise CaseFailed(f"{status}, its class predicts {expected}: {detail}")
         if status != "PASS":

@@ -1,19 +1,25 @@
-"""Run a vLLM-style test module against a release's real gates, without vLLM installed.
+"""Run the vLLM drop-in module here, without vLLM or a ROCm GPU: the release executed over the harness stubs.
 
 ``mla-spec cases --style vllm`` writes a module for tests/v1/attention/ of a
-vLLM checkout.  To prove it runs before anyone copies it there, this shim puts
-``vllm.platforms`` (ROCm) and ``vllm.v1.attention.backends.mla.rocm_aiter_mla``
-in ``sys.modules``; the latter is the release's own ``AiterMLAHelper`` and its
-module-level functions as the real-code loader executes them (spec.realcode:
-extracted by ast, run in the sandbox), plus an ``AiterMLAMetadataBuilder``
-whose ``__init__`` calls the (monkeypatched) common builder ``__init__`` and
-then the release's own statements that set ``_mtp_decode_qlen``.
+vLLM checkout.  This shim runs it against a release before anyone copies it
+there:
 
-    python -m conformance.vllm_shim --vllm 0.28.0 test_rocm_aiter_mla_mlaspec_routing.py [pytest args]
+    python -m conformance.vllm_shim --vllm 0.34.0 test_rocm_aiter_mla_mlaspec_routing.py [pytest args]
+    python -m conformance.vllm_shim --vllm edited/rocm_aiter_mla.py --tree VLLM_TREE MODULE [pytest args]
 
-Monkeypatching a module attribute (``_gluon_mla_decode_supported``) writes
-through to the namespace the real functions read their globals from, so the
-pins act on the real code as they do in vLLM.
+It puts ``mla_spec_drop_in`` in ``sys.modules``; the module hands it every
+case's shape at once.  :meth:`Harness.observe` runs the release's real
+``AiterMLAMetadataBuilder``, ``build`` and ``forward_mqa`` for each shape in
+one confined harness child (:func:`spec.realcode.executed.harness.execute`,
+AITER's entry points recorded) and reduces each record to the module's facts
+(:func:`conformance.drop_in.facts` over
+:func:`spec.realcode.executed.differential.observed`).  :meth:`Harness.replay`
+runs the same steps with the ``vllm`` backend's stand-in kernels
+(:mod:`conformance.backends.vllm_replay`) and judges the output against the float32
+reference (:func:`conformance.backends.vllm.judge`); DCP steps stay out of the numeric part here (one
+rank's output is not the step's: :mod:`conformance.dcp_replay` merges the ranks).  The module monkeypatches
+nothing on this path: the stubs answer the arch, the Gluon build and the
+small-head mode from each shape.
 """
 
 from __future__ import annotations
@@ -24,101 +30,69 @@ import tempfile
 import types
 from typing import Any
 
-from spec.realcode.extract import HELPER, extract
-from spec.realcode.sandbox import LoadedCode
-from spec.realcode.source import SourceError, dcp_verify_default, resolve
+from spec.realcode.source import SourceError
 
-MODULE = "vllm.v1.attention.backends.mla.rocm_aiter_mla"
-
-
-class _LoadedModule(types.ModuleType):
-    """A module whose attributes are the loaded code's globals: reads and writes go to that namespace."""
-
-    def __init__(self, code: LoadedCode, extra: dict[str, Any]) -> None:
-        super().__init__(MODULE)
-        object.__setattr__(self, "_code", code)
-        code.namespace.update(extra)
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self._code.namespace[name]
-        except KeyError:
-            raise AttributeError(f"module {MODULE!r} (mla-spec shim) has no attribute {name!r}") from None
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        self._code.namespace[name] = value
-        self._code.clear_caches()
-
-    def __delattr__(self, name: str) -> None:
-        self._code.namespace.pop(name, None)
-        self._code.clear_caches()
+SHIM = "mla_spec_drop_in"
+REPLAY_KV_LEN = 64  # the conform default (conformance.runner): keys per request in a numeric step
 
 
-def shim_modules(release: str) -> dict[str, types.ModuleType]:
-    """The sys.modules entries that stand in for vLLM, with ``release``'s real gates inside."""
-    source = resolve(release)
-    code = LoadedCode(extract(source))
-    code.platform.dcp_verify = dcp_verify_default(source.path)
-    init_slice = code.namespace["mla_spec_builder_init"]
+class Harness:
+    """The release the module runs against: a version, a vLLM tree, or a rocm_aiter_mla.py inside one or
+    with ``tree`` (the vLLM tree the rest of the release is read from)."""
 
-    class MLACommonMetadataBuilder:
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            raise RuntimeError(
-                "mla-spec shim: MLACommonMetadataBuilder.__init__ is vLLM's; "
-                "monkeypatch it as vLLM's own builder tests do"
-            )
+    def __init__(self, release: str, tree: str | None = None) -> None:
+        from spec.realcode.executed.harness import release_code
 
-    class AiterMLAMetadataBuilder(MLACommonMetadataBuilder):
-        """Runs the common __init__, then the release's own statements that size the persistent metadata."""
+        self.code = release_code(release, tree)
 
-        def __init__(self, kv_cache_spec: Any, layer_names: Any, vllm_config: Any, device: Any) -> None:
-            super().__init__(kv_cache_spec, layer_names, vllm_config, device)
-            code.refresh_caches()
-            init_slice(self, kv_cache_spec, vllm_config)
+    def observe(self, registry: str, shapes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Per shape, the facts one executed decode step of the release shows."""
+        from conformance.drop_in import facts
+        from mla_model.shape import Shape
+        from spec.realcode.executed.differential import observed
+        from spec.realcode.executed.harness import execute
 
-    module = _LoadedModule(
-        code,
-        {
-            "AiterMLAMetadataBuilder": AiterMLAMetadataBuilder,
-            "MLACommonMetadataBuilder": MLACommonMetadataBuilder,
-        },
-    )
-    assert module.AiterMLAHelper is code.namespace[HELPER]
-    platform = types.SimpleNamespace(is_rocm=lambda: True, is_cuda=lambda: False)
-    packages = {
-        name: types.ModuleType(name)
-        for name in (
-            "vllm",
-            "vllm.v1",
-            "vllm.v1.attention",
-            "vllm.v1.attention.backends",
-            "vllm.v1.attention.backends.mla",
-        )
-    }
-    for pkg in packages.values():
-        pkg.__path__ = []  # a package, so "from vllm.v1... import rocm_aiter_mla" resolves the submodule
-    platforms = types.ModuleType("vllm.platforms")
-    platforms.current_platform = platform
-    packages["vllm"].platforms = platforms
-    packages["vllm.v1.attention.backends.mla"].rocm_aiter_mla = module
-    return {**packages, "vllm.platforms": platforms, MODULE: module}
+        rows = execute(self.code, [Shape.from_json(s) for s in shapes], registry)
+        return [facts(observed(row), row.get("threshold", 0)) for row in rows]
+
+    def replay(self, registry: str, shapes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Per shape (DCP 1: one rank's output is the whole step), the numeric verdict (``status``,
+        ``detail``) of its step replayed on the stand-ins, all in one harness child."""
+        from conformance.backends.vllm import REPLAY, judge
+        from mla_model.shape import Shape
+        from spec.realcode.executed.harness import execute
+
+        steps = [Shape.from_json(s) for s in shapes]
+        if any(s.dcp_world_size > 1 for s in steps):
+            raise ValueError("the shim replays DCP 1 steps only (a DCP step's output is one rank's part)")
+        options = {"replay": REPLAY, "device": "cpu", "kv_len": REPLAY_KV_LEN}
+        rows = execute(self.code, steps, registry, options)
+        return [{k: v for k, v in judge(row).items() if k in ("status", "detail")} for row in rows]
 
 
 def main(argv: list[str] | None = None) -> int:
     import pytest
 
     args = list(sys.argv[1:] if argv is None else argv)
+    tree = None
+    if len(args) > 3 and args[2] == "--tree":
+        tree = args[3]
+        del args[2:4]
     if len(args) < 3 or args[0] != "--vllm":
         print(
-            "usage: python -m conformance.vllm_shim --vllm RELEASE|PATH TEST_MODULE [pytest args]",
+            "usage: python -m conformance.vllm_shim --vllm RELEASE|PATH [--tree VLLM_TREE] TEST_MODULE "
+            "[pytest args]",
             file=sys.stderr,
         )
         return 2
     try:
-        sys.modules.update(shim_modules(args[1]))
+        harness = Harness(args[1], tree)
     except SourceError as e:
         print(f"mla-spec: error: {e}", file=sys.stderr)
         return 2
+    module = types.ModuleType(SHIM, "mla-spec's stand-in for vLLM: conformance.vllm_shim.Harness")
+    module.observe, module.replay = harness.observe, harness.replay  # type: ignore[attr-defined]
+    sys.modules[SHIM] = module
     # Isolated: rootdir and an empty ini in a scratch folder, no conftest.py, no cache, no autoloaded plugin;
     # nothing beside the module or in the working folder configures the run.
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"

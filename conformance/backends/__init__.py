@@ -4,7 +4,6 @@
 ``aiter-triton`` AITER's own Triton MLA decode kernel from the ``amd-aiter`` wheel (a CUDA or ROCm GPU)
 ``vllm``         a vLLM release's real decode path executed by the harness (spec.realcode.executed),
                  its recorded kernel calls replayed on a stand-in inside the kernel's contract (CPU or GPU)
-``vllm-aiter``   vLLM's real ``AiterMLAImpl.forward_mqa`` (a ROCm GPU with vLLM and AITER installed)
 
 Each module exposes ``BACKEND``, an object with:
 
@@ -14,6 +13,9 @@ Each module exposes ``BACKEND``, an object with:
   output of the step and a JSON-ready dict of what it did; it raises
   :class:`mla_model.emulation.NoKernel` where the routed stack has no kernel and times its kernel with
   ``watch`` (:class:`conformance.runner.Stopwatch`).
+
+AITER's ASM and Gluon kernels run only on AMD GPUs; their replay is the numeric part of the vLLM
+drop-in module (``mla-spec cases --style vllm``), run where vLLM runs, not a backend here.
 
 This module imports nothing heavy, so the pytest plugin can validate ``--mla-backend`` without torch.
 """
@@ -26,7 +28,6 @@ from typing import Any
 BACKENDS = {
     "model": "conformance.backends.model",
     "aiter-triton": "conformance.backends.aiter_triton",
-    "vllm-aiter": "conformance.backends.vllm_aiter",
     "vllm": "conformance.backends.vllm",
 }
 # Backends that take a fault-injection switch (the others run real kernels).

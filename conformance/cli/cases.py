@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from conformance.atomic_write import Refused, check_target, replace_folder, write_file
-from conformance.case_modules import render_vllm_module, slug, write_suite
+from conformance.case_modules import slug, write_suite
 from conformance.cli.errors import EXIT_UNKNOWN, BadInput
 from conformance.cli.options import format_option
 from mla_model.case import Case, cases_text
@@ -112,6 +112,8 @@ def cases_command(revisions, registry, style, routes, out, fmt) -> None:
                 }
             )
         elif style == "vllm":
+            from conformance.vllm_module import render_vllm_module
+
             write_file(out, render_vllm_module(chosen[0], registry, results[0]))
             written.append(
                 {"revision": chosen[0], "registry": registry, "cases": len(results[0]), "files": [str(out)]}

@@ -612,7 +612,7 @@ def _replay(
     if not no_expect:
         from conformance.expect import judge
 
-        records = judge(records, iter_cases(cases_path), backend, fault, inject_fault)
+        records = judge(records, iter_cases(cases_path), fault, inject_fault)
     summary = summarise(records, since=started)
     summary.update(backend=backend, fault=fault, results=str(out))
     if fmt == "json":

@@ -123,12 +123,8 @@ HOST_ATTRIBUTES: dict[Any, frozenset[str]] = {
     ),
 }
 # Host types whose own instance attributes (their __dict__, never a class attribute) the input may read
-# and set: the harness's stand-ins for the builder, the configurations and the stub modules, and the
-# builder conformance.vllm_shim makes for vLLM-style test modules (imported, or run as ``python -m``).
-_SHIM_BUILDER = "shim_modules.<locals>.AiterMLAMetadataBuilder"
-RECORD_TYPES: frozenset[Any] = frozenset(
-    {types.SimpleNamespace, f"conformance.vllm_shim.{_SHIM_BUILDER}", f"__main__.{_SHIM_BUILDER}"}
-)
+# and set: the harness's stand-ins for the builder, the configurations and the stub modules.
+RECORD_TYPES: frozenset[Any] = frozenset({types.SimpleNamespace})
 MATH_NAMES = frozenset({"ceil", "floor", "log2", "sqrt", "gcd", "isqrt", "inf", "prod", "comb"})
 
 # The stub modules' names the code may read outside a decorator (checked at load time as well).
