@@ -25,7 +25,7 @@ from conformance.cli.render.text import check_table, detailed_results, shape_sum
 from mla_model.registry import REGISTRY_IDS
 from mla_model.revisions import REVISIONS
 from spec.proof.check_all import check_all
-from spec.proof.classes import Baseline, BaselineOutcome, class_json, compare_classes
+from spec.proof.classes import Baseline, BaselineOutcome, class_id, class_json, compare_classes
 from spec.proof.expectations import BUNDLED, Manifest, ManifestError, Outcome, compare, load_manifest
 from spec.proof.invariants import INVARIANT_BY_ID
 from spec.proof.prover import CheckResult
@@ -319,11 +319,19 @@ def check_json(results: list[CheckResult], outcomes: list[Judged] | None, hit: d
     against = {o.result.revision: o.baseline for o in outcomes if isinstance(o, BaselineOutcome)}
     return {
         "manifest": manifests[0] if manifests else None,
-        "baselines": [{"revision": rev, "baseline": b.label, "how": b.how} for rev, b in against.items()],
+        **(
+            {
+                "baselines": [
+                    {"revision": rev, "baseline": b.label, "how": b.how} for rev, b in against.items()
+                ]
+            }
+            if against
+            else {}
+        ),
         "as_expected": not any(o.surprise for o in outcomes),
         "surprises": [
             {"revision": o.result.revision, "registry": o.result.registry, "invariant": o.result.invariant}
-            | ({"new": [class_json(c)["class_id"] for c in o.new]} if isinstance(o, BaselineOutcome) else {})
+            | ({"new": [class_id(c) for c in o.new]} if isinstance(o, BaselineOutcome) else {})
             for o in outcomes
             if o.surprise
         ],

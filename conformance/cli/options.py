@@ -164,7 +164,7 @@ def load_revision(spec: str, tree: Path | None = None) -> Revision:
 
     release = spec.removeprefix(RELEASE_PREFIX)
     try:
-        return real_revision(release, tree=tree)
+        return real_revision(release) if tree is None else real_revision(release, tree=tree)
     except SourceError as e:
         hint = (
             ""

@@ -120,6 +120,13 @@ class BaselineOutcome:
     def state(self, c: Counterexample) -> str:
         return NEW if any(c is n for n in self.new) else UNCHANGED
 
+    def replaces(self, c: Counterexample) -> dict[str, Any] | None:
+        """The GONE class a NEW one stands in place of: the baseline's class with the same view values
+        (what differs is the route of its smallest counterexample: :func:`route_changes`), if there is one."""
+        return (
+            next((g for g in self.gone if g["class_view"] == c.view), None) if self.state(c) == NEW else None
+        )
+
     def to_json(self) -> dict[str, Any]:
         """What a result's JSON adds: its baseline, the counts per state, the GONE classes; and whether it
         is a surprise."""
@@ -132,6 +139,19 @@ class BaselineOutcome:
             },
             "surprise": self.surprise,
         }
+
+
+def route_changes(old: dict[str, Any], new: dict[str, Any]) -> dict[str, list[Any]]:
+    """The route fields two classes' smallest counterexamples differ in, ``request.`` fields spelled out:
+    ``{"mtp_decode_qlen": [2, 3]}``."""
+
+    def flat(route: dict[str, Any]) -> dict[str, Any]:
+        out = {k: v for k, v in route.items() if not isinstance(v, dict)}
+        out |= {f"{k}.{f}": x for k, v in route.items() if isinstance(v, dict) for f, x in v.items()}
+        return out
+
+    a, b = flat(old), flat(new)
+    return {k: [a.get(k), b.get(k)] for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
 
 
 def compare_classes(results: Iterable[CheckResult], baseline: Baseline) -> list[BaselineOutcome]:

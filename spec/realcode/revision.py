@@ -285,7 +285,9 @@ class RealGates:
 
 def _threshold(source: Source, tree: Path | None = None) -> tuple[Callable[[Any], Term], str]:
     """The release's own reorder_batch_threshold, executed (spec.realcode.executed.threshold) in the vLLM
-    tree around the file, or in ``tree`` for a file that sits in none (:func:`real_revision`).
+    tree around the file.  For a file that sits in none, with ``tree`` standing in (:func:`real_revision`):
+    that tree's own file's, executed there; the lone file itself is never executed (it is untrusted input,
+    read only through the AST path: docs/explanation/architecture.md, the trust boundary).
 
     Where it cannot be executed (a lone file with no vLLM tree around it or given, or no
     torch for the harness), 0.28.0's formula stands in and the revision's
@@ -300,8 +302,10 @@ def _threshold(source: Source, tree: Path | None = None) -> tuple[Callable[[Any]
 
     spec = source.label.split("==", 1)[1] if source.label.startswith("vllm==") else str(source.path)
     try:
-        code = release_code(spec) if tree is None else release_code(spec, tree)
-        return threshold_function(code), "executed from the release's builder"
+        if tree is not None:
+            origin = f"executed from the builder of {tree / RELATIVE_PATH}, the file sitting in no vLLM tree"
+            return threshold_function(release_code(str(tree / RELATIVE_PATH))), origin
+        return threshold_function(release_code(spec)), "executed from the release's builder"
     except CacheError:
         raise
     except (SourceError, HarnessError) as e:
@@ -325,10 +329,10 @@ def real_revision(spec: str, lifting: bool = True, tree: Path | None = None) -> 
     """The Revision whose gates are the real functions of ``spec`` (a path or a release).
 
     ``tree``: a vLLM tree that stands in for the one around a file that sits in none (the tree of the
-    release ``check`` compares the file with): the file's builder is executed in it for the
-    reorder_batch_threshold, and its ``vllm/envs.py`` gives the DCP verify default, so a lone copy of a
-    release's file is read as that release's.  The title names it.  Ignored for a release and for a file
-    inside a tree."""
+    release ``check`` compares the file with): the reorder_batch_threshold is that tree's own file's,
+    executed there (the lone file is not executed), and its ``vllm/envs.py`` gives the DCP verify default,
+    so a lone copy of a release's file is read as that release's.  The title names it.  Ignored for a
+    release and for a file inside a tree."""
     source = resolve(spec)
     return _real_revision(source, lifting, _stand_in(source, tree))
 
@@ -416,7 +420,7 @@ def _real_revision(source: Source, lifting: bool, tree: Path | None) -> Revision
     return Revision(
         id=source.label,
         title=f"real gates of {source.label} (reorder_batch_threshold: {origin}"
-        + ("" if tree is None else f"; read in the vLLM tree {tree}: the file sits in none")
+        + ("" if tree is None else f"; DCP verify default from {tree}'s vllm/envs.py")
         + ")",
         source=str(source.path),
         route=route,

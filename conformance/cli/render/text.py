@@ -12,6 +12,7 @@ from rich.text import Text
 
 from mla_model.registry import NO_KERNEL
 from mla_model.shape import FP8_KV_CACHE_DTYPES, Shape
+from spec.proof.classes import route_changes
 from spec.proof.invariants import INVARIANT_BY_ID
 from spec.proof.verdict import PROVED, UNKNOWN, VIOLATED
 
@@ -231,9 +232,25 @@ def baseline_lines(outcomes: list[BaselineOutcome], console: Console, show: int)
             f"[green]{len(o.gone)} GONE[/], {len(o.unchanged)} unchanged  [dim]({was} -> {r.verdict})[/]",
             soft_wrap=True,
         )
-        _state_lines("NEW ", [(c.shape, c.route["path"], c.symptom) for c in o.new], console, show)
-        gone = [(Shape.from_json(g["shape"]), g["route"]["path"], g["symptom"]) for g in o.gone]
+        new, in_place = [], set()
+        for c in o.new:
+            g = o.replaces(c)
+            moved = None if g is None else route_changes(g["route"], c.route)
+            if g is not None:
+                in_place.add(g["class_id"])
+            new.append((c.shape, c.route["path"], c.symptom, moved))
+        _state_lines("NEW ", new, console, show)
+        gone = [
+            (Shape.from_json(g["shape"]), g["route"]["path"], g["symptom"], None)
+            for g in o.gone
+            if g["class_id"] not in in_place
+        ]
         _state_lines("GONE", gone, console, show)
+        if in_place:
+            console.print(
+                f"    [dim]({label_count(len(in_place), 'GONE class')} replaced by NEW ones of the same "
+                "view, above)[/]"
+            )
     same = [o for o in outcomes if not (o.new or o.gone)]
     if same:
         console.print(
@@ -265,14 +282,22 @@ def baseline_lines(outcomes: list[BaselineOutcome], console: Console, show: int)
         )
 
 
-def _state_lines(state: str, classes: list[tuple[Shape, str, str]], console: Console, show: int) -> None:
-    """The first ``show`` classes of one baseline state, a line each (GONE ones marked fixed)."""
+def _state_lines(state: str, classes: list[tuple[Any, ...]], console: Console, show: int) -> None:
+    """The first ``show`` classes of one baseline state, a line each (GONE ones marked fixed).  Each item
+    is (shape, path, symptom, moved): ``moved``, for a NEW class in place of a GONE one of the same view,
+    the route fields that differ (:func:`spec.proof.classes.route_changes`)."""
     fixed = "  [green](fixed)[/]" if state == "GONE" else ""
-    for shape, path, symptom in classes[:show]:
+    for shape, path, symptom, moved in classes[:show]:
         detail = escape(symptom.split(" -> ")[0])
         console.print(
             f"    {state} {shape_summary(shape)}  [cyan]->{path}[/]  {detail}{fixed}", soft_wrap=True
         )
+        if moved:
+            fields = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in moved.items())
+            console.print(
+                f"         [dim]in place of the baseline's class of this view: {escape(fields)}[/]",
+                soft_wrap=True,
+            )
     if len(classes) > show:
         console.print(
             f"    [dim]... and {len(classes) - show} more {state.strip()} (--show, or --format json)[/]"
