@@ -91,7 +91,9 @@ def _code_digest() -> bytes:
     h = hashlib.sha256()
     for folder in ("mla_model", "spec"):
         for f in sorted((_ROOT / folder).rglob("*")):
-            if f.suffix == ".py" or f.parent.name == "registry_data":
+            if f.is_file() and (
+                f.suffix == ".py" or (f.suffix == ".toml" and f.parent.name == "registry_data")
+            ):
                 h.update(f.relative_to(_ROOT).as_posix().encode() + b"\0" + f.read_bytes())
     return h.digest()
 
