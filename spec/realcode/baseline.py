@@ -55,6 +55,11 @@ def choose(target: str, given: str | None) -> Choice:
         spec, how = given, "given with --baseline"
     base = resolve(spec)
     own, theirs = tree_of(source.path), tree_of(base.path)
+    if own is None and theirs is not None:
+        how += (
+            f"; the file sits in no vLLM tree: read in {base.label}'s, whose own builder's "
+            "reorder_batch_threshold stands in for the file's (a lone file is never executed)"
+        )
     return Choice(spec, how, None if own is not None else theirs, theirs or own)
 
 

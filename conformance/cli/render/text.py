@@ -254,7 +254,8 @@ def baseline_lines(outcomes: list[BaselineOutcome], console: Console, show: int)
     same = [o for o in outcomes if not (o.new or o.gone)]
     if same:
         console.print(
-            f"  {'the other' if changed else 'all'} {label_count(len(same), 'result')} as the baseline's: "
+            f"  {'other results' if changed else 'results'} as the baseline's: "
+            f"{label_count(len(same), 'result')}, "
             f"{label_count(sum(len(o.unchanged) for o in same), 'class')} unchanged",
             soft_wrap=True,
         )
