@@ -171,7 +171,8 @@ def cli_page() -> str:
         HEADER.format(what="the click commands in conformance/cli/"),
         "# Command line\n\n",
         f"{main.help}\n\nExit status: 0 all as expected; 1 an invariant violated (for `check`: a verdict "
-        "the expected-verdicts manifest does not expect), or a comparison differs; 2 bad input, one line "
+        "the expected-verdicts manifest does not expect, or a counterexample class a gate file's baseline "
+        "lacks), or a comparison differs; 2 bad input, one line "
         "on stderr; 3 a verdict UNKNOWN and none violated; 4 (`diff`) an internal error of mla-spec, one "
         "line on stderr. Every command takes `-h`/`--help`, which ends with examples.\n\n",
     ]

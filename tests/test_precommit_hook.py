@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HOWTO = ROOT / "docs" / "how-to" / "adopt-in-a-vllm-checkout.md"
 RELEASE = "0.34.0"
 # 0.34.0's fp8 test in use_gluon_decode negated: an fp8 cache reaches Gluon (fp8-never-reaches-gluon, and
-# gluon-fp8-batch-one with aiter-0.1.19, become VIOLATED where the manifest expects PROVED).
+# gluon-fp8-batch-one with aiter-0.1.19, get classes 0.34.0, the file's baseline, does not have).
 MUTANT = "use_gluon_decode/negate/L2571.11"
 HOOK_ID = "mla-spec-check"
 # The how-to's failure block: the hook's output recorded from a run, and checked against a fresh one.
@@ -113,8 +113,13 @@ def test_try_repo_fails_a_gate_change_that_breaks_an_invariant_and_names_the_sur
     assert r.returncode == 1, out
     assert re.search(r"mla-spec check \(.*\)\.+Failed", r.stdout), out
     assert "- exit code: 1" in r.stdout, out  # check's surprise status, not a crash (2) or a timeout (3)
-    assert "3 surprises against the bundled spec/proof/expected_verdicts.toml" in r.stdout, out
-    surprise = f"! {RELATIVE_PATH} / aiter-0.1.20 / fp8-never-reaches-gluon: VIOLATED, expected PROVED"
+    # the file sits in no vLLM tree (the hook's git tree holds it alone): its baseline is the release whose
+    # file it nearly is
+    assert "against vllm==0.34.0 (no vLLM version around the file: the release closest by content" in out
+    assert re.search(r"\d+ surprises against the baseline vllm==0\.34\.0 \(\d+ NEW, \d+ GONE\):", r.stdout), (
+        out
+    )
+    surprise = f"! {RELATIVE_PATH} / aiter-0.1.20 / fp8-never-reaches-gluon: 1 NEW class"
     assert surprise in r.stdout, out
     # The how-to shows this run's output as what a failure looks like: it must still be what the hook prints.
     recorded = RECORDED.search(HOWTO.read_text())
@@ -140,6 +145,7 @@ def test_the_action_is_a_composite_that_proves_the_gate_file_and_uploads_the_sar
     inputs = action["inputs"]
     assert inputs["gate-file"]["default"] == str(RELATIVE_PATH)
     assert inputs["expect"]["default"] == "" and inputs["sarif"]["default"].endswith(".sarif")
+    assert inputs["baseline"]["default"] == ""  # the release the gate file comes from
     steps = action["runs"]["steps"]
     assert [s.get("uses", "").split("@")[0] for s in steps] == [
         "actions/setup-python",
@@ -207,7 +213,9 @@ def test_the_action_uploads_whatever_check_found_and_then_fails_with_its_status(
     outputs = tmp_path / "github_output"
     outputs.touch()
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", GITHUB_OUTPUT=str(outputs))
-    step_env = dict(env, GATE_FILE=str(RELATIVE_PATH), EXPECT="ours.toml", SARIF="out/mla-spec.sarif")
+    step_env = dict(
+        env, GATE_FILE=str(RELATIVE_PATH), BASELINE="0.33.0", EXPECT="ours.toml", SARIF="out/mla-spec.sarif"
+    )
     r = run_step(check, tmp_path, step_env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert (tmp_path / "args").read_text().split() == [
@@ -215,6 +223,8 @@ def test_the_action_uploads_whatever_check_found_and_then_fails_with_its_status(
         str(RELATIVE_PATH),
         "--format",
         "sarif",
+        "--baseline",
+        "0.33.0",
         "--expect",
         "ours.toml",
     ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
@@ -25,9 +25,16 @@ from conformance.cli.render.text import check_table, detailed_results, shape_sum
 from mla_model.registry import REGISTRY_IDS
 from mla_model.revisions import REVISIONS
 from spec.proof.check_all import check_all
+from spec.proof.classes import Baseline, BaselineOutcome, class_id, class_json, compare_classes
 from spec.proof.expectations import BUNDLED, Manifest, ManifestError, Outcome, compare, load_manifest
 from spec.proof.invariants import INVARIANT_BY_ID
 from spec.proof.prover import CheckResult
+
+if TYPE_CHECKING:
+    from spec.realcode.baseline import Choice
+
+Judged = Outcome | BaselineOutcome  # a result held to the manifest's row, or to its baseline's classes
+NO_BASELINE = "none"  # --baseline none: the manifest alone
 
 EXAMPLES = """\b
 Examples:
@@ -35,6 +42,7 @@ Examples:
   mla-spec check --revision vllm-0.34 --invariant kernel-exists --no-expect --show 5
   mla-spec check --vllm 0.34.0 --format sarif > check.sarif
   mla-spec check vllm/v1/attention/backends/mla/rocm_aiter_mla.py
+  mla-spec check rocm_aiter_mla.py --baseline 0.33.0
 """
 
 
@@ -78,7 +86,15 @@ Examples:
 @click.option(
     "--no-expect",
     is_flag=True,
-    help="Raw verdicts: no manifest; exit 1 on any violation, and every violation detailed.",
+    help="Raw verdicts: no manifest, no baseline; exit 1 on any violation, and every violation detailed.",
+)
+@click.option(
+    "--baseline",
+    metavar="RELEASE|PATH|none",
+    help="Compare each gate file (GATE_FILE, --vllm PATH; with this option, --vllm RELEASE too) with this "
+    "release or file class by class: a NEW counterexample class is a surprise (exit 1), a GONE one is "
+    "fixed.  Default for a gate file, unless --expect is given: the release it comes from (its vLLM "
+    "tree's version, else the release closest by content).  none: the manifest alone.",
 )
 @memory_budget_option()
 @max_num_seqs_option("; only with --memory-budget")
@@ -94,6 +110,7 @@ def check_command(
     releases,
     manifest_path,
     no_expect,
+    baseline,
     memory_budget,
     max_num_seqs,
     gate_files,
@@ -102,27 +119,40 @@ def check_command(
     expected-verdicts manifest.
 
     GATE_FILE arguments are rocm_aiter_mla.py files (or vLLM trees) checked like --vllm PATH, so a
-    pre-commit hook can hand check the changed files.  For a file inside a vLLM tree (or a release), check
-    executes the release's rocm_aiter_mla.py in a confined child process to read its reorder_batch_threshold
-    (docs/explanation/architecture.md, the trust boundary)."""
+    pre-commit hook can hand check the changed files.  A gate file is compared with its baseline class by
+    class (--baseline), not with the manifest.  For a file inside a vLLM tree (or a release, or a file
+    read in its baseline release's tree), check executes the release's rocm_aiter_mla.py in a confined
+    child process to read its reorder_batch_threshold (docs/explanation/architecture.md, the trust
+    boundary)."""
     releases = (*releases, *gate_files)
     if max_num_seqs is not None and memory_budget is None:
         raise BadInput("--max-num-seqs sizes the buffers --memory-budget checks; give --memory-budget too")
     if no_expect and manifest_path is not None:
         raise BadInput("--expect and --no-expect contradict each other; give one")
+    if no_expect and baseline not in (None, NO_BASELINE):
+        raise BadInput("--baseline and --no-expect contradict each other; give one")
+    if baseline not in (None, NO_BASELINE) and not any(r not in REVISIONS for r in releases):
+        raise BadInput("--baseline compares a gate file or release with it: give GATE_FILE or --vllm")
     manifest = None if no_expect else read_manifest(manifest_path or BUNDLED)
-    targets = (
-        [*revisions, *[load_revision(r) for r in releases]] if releases else list(revisions or REVISIONS)
-    )
+    choices = {
+        spec: choice
+        for spec in releases
+        if (choice := baseline_choice(spec, baseline, default=manifest_path is None and not no_expect))
+    }
+    real = [load_revision(r, None if r not in choices else choices[r].target_tree) for r in releases]
+    targets = [*revisions, *real] if releases else list(revisions or REVISIONS)
     results = check_all(
         targets, registries or REGISTRY_IDS, invariants or list(INVARIANT_BY_ID), max_classes, timeout
     )
+    baselines = {
+        rev.id: classes_of(choices[spec], timeout) for spec, rev in zip(releases, real) if spec in choices
+    }
     memory = None
     if memory_budget is not None:
         from spec.analyses.memory import over_budget
 
         memory = (memory_budget, *over_budget(targets, memory_budget, max_num_seqs))
-    outcomes = None if manifest is None else compare(results, manifest)
+    outcomes = None if manifest is None else judge(results, manifest, baselines)
     # Hits are named where they are shown: every class in JSON, the classes the text details, none in SARIF
     # or JUnit (the default text run, whose violations are all expected, details none).
     if fmt == "json":
@@ -157,6 +187,43 @@ def deployments_hit(shown: list[tuple[CheckResult, list]], targets: list) -> dic
     }
 
 
+def baseline_choice(spec: str, given: str | None, default: bool) -> Choice | None:
+    """What the check target ``spec`` is compared with class by class (None: the manifest judges it): a
+    given baseline for any release or file, the release it comes from by default for a file (``default``:
+    neither --expect nor --no-expect given)."""
+    from spec.realcode.baseline import choose
+    from spec.realcode.source import SourceError, is_release
+
+    release = spec.removeprefix(RELEASE_PREFIX)
+    if spec in REVISIONS or given == NO_BASELINE or (given is None and (not default or is_release(release))):
+        return None
+    try:
+        return choose(spec, given)
+    except SourceError as e:
+        raise BadInput(f"{e}" if given is None else f"--baseline: {e}") from None
+
+
+def classes_of(choice: Choice, timeout: float) -> Baseline:
+    from spec.realcode.baseline import baseline_classes
+    from spec.realcode.source import SourceError
+
+    try:
+        return baseline_classes(choice, timeout)
+    except SourceError as e:
+        raise BadInput(str(e)) from None
+
+
+def judge(results: list[CheckResult], manifest: Manifest, baselines: dict[str, Baseline]) -> list[Judged]:
+    """Each result with what it is held to, in the results' order: its baseline's classes where its
+    target has a baseline, else the manifest's row."""
+    return [
+        compare_classes([r], baselines[r.revision])[0]
+        if r.revision in baselines
+        else compare([r], manifest)[0]
+        for r in results
+    ]
+
+
 def read_manifest(path: Path) -> Manifest:
     try:
         return load_manifest(path)
@@ -167,7 +234,7 @@ def read_manifest(path: Path) -> Manifest:
 def report(
     results: list[CheckResult],
     fmt: str,
-    outcomes: list[Outcome] | None,
+    outcomes: list[Judged] | None,
     show: int = 3,
     hit: dict[int, list[str]] | None = None,
     memory: tuple[int, list[Any], list[str]] | None = None,
@@ -232,25 +299,41 @@ def memory_report(budget: int, over: list[Any], notes: list[str], console: Conso
         console.print(f"  [yellow]{escape(note)}[/]", soft_wrap=True)
 
 
-def check_json(results: list[CheckResult], outcomes: list[Outcome] | None, hit: dict[int, list[str]]) -> dict:
-    """Every result with every class (and the deployments it hits); with a manifest, each result's
-    expectation and the surprises."""
+def check_json(results: list[CheckResult], outcomes: list[Judged] | None, hit: dict[int, list[str]]) -> dict:
+    """Every result with every class (its identity, and the deployments it hits); with a manifest or a
+    baseline, each result's expectation (the manifest's row, or the baseline's classes: each class's
+    baseline_state, the GONE ones as absent) and the surprises."""
 
-    def result_json(r: CheckResult) -> dict:
+    def result_json(r: CheckResult, o: Judged | None = None) -> dict:
         out = r.to_json()
-        for c, cj in zip(r.counterexamples, out["counterexamples"]):
-            cj["hits"] = hit.get(id(c), [])
+        out["counterexamples"] = [
+            {**class_json(c), "hits": hit.get(id(c), [])}
+            | ({"baseline_state": o.state(c)} if isinstance(o, BaselineOutcome) else {})
+            for c in r.counterexamples
+        ]
         return out
 
     if outcomes is None:
         return {"results": [result_json(r) for r in results]}
+    manifests = [o.manifest for o in outcomes if isinstance(o, Outcome)]
+    against = {o.result.revision: o.baseline for o in outcomes if isinstance(o, BaselineOutcome)}
     return {
-        "manifest": outcomes[0].manifest if outcomes else None,
+        "manifest": manifests[0] if manifests else None,
+        **(
+            {
+                "baselines": [
+                    {"revision": rev, "baseline": b.label, "how": b.how} for rev, b in against.items()
+                ]
+            }
+            if against
+            else {}
+        ),
         "as_expected": not any(o.surprise for o in outcomes),
         "surprises": [
             {"revision": o.result.revision, "registry": o.result.registry, "invariant": o.result.invariant}
+            | ({"new": [class_id(c) for c in o.new]} if isinstance(o, BaselineOutcome) else {})
             for o in outcomes
             if o.surprise
         ],
-        "results": [{**result_json(o.result), **o.to_json()} for o in outcomes],
+        "results": [{**result_json(o.result, o), **o.to_json()} for o in outcomes],
     }

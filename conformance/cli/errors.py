@@ -1,7 +1,7 @@
 """How every mla-spec command ends: its exit status, and one line on stderr for bad input.
 
-0: all as expected; 1: an invariant violated (check: a verdict the manifest does not expect), or a comparison
-differs; 2: bad input, one line on stderr and
+0: all as expected; 1: an invariant violated (check: a verdict the manifest does not expect, or a NEW class
+against a gate file's baseline), or a comparison differs; 2: bad input, one line on stderr and
 no traceback; 3: some verdict UNKNOWN (a timeout, lifting unsupported) and none violated.
 """
 

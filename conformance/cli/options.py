@@ -8,6 +8,7 @@ same way.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import click
@@ -153,9 +154,9 @@ def _executed_time_limit(ctx: Any, param: Any, seconds: float) -> float:
     return seconds
 
 
-def load_revision(spec: str) -> Revision:
+def load_revision(spec: str, tree: Path | None = None) -> Revision:
     """A model revision id, a vLLM release (``0.28.0`` or ``vllm==0.28.0``), or a rocm_aiter_mla.py file
-    or vLLM tree."""
+    or vLLM tree (read in ``tree`` where it sits in none: :func:`spec.realcode.revision.real_revision`)."""
     if spec in REVISIONS:
         return REVISIONS[spec]
     from spec.realcode.revision import real_revision
@@ -163,7 +164,7 @@ def load_revision(spec: str) -> Revision:
 
     release = spec.removeprefix(RELEASE_PREFIX)
     try:
-        return real_revision(release)
+        return real_revision(release) if tree is None else real_revision(release, tree=tree)
     except SourceError as e:
         hint = (
             ""

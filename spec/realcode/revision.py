@@ -30,6 +30,7 @@ import types
 from collections.abc import Callable
 from functools import cache
 from operator import itemgetter
+from pathlib import Path
 from typing import Any
 
 import z3
@@ -51,7 +52,7 @@ from mla_model.shape import KV_CACHE_DTYPES, Shape
 from spec.proof.terms import symbolic_shape
 from spec.realcode.extract import extract
 from spec.realcode.sandbox import LoadedCode, alarm_handler
-from spec.realcode.source import Source, SourceError, dcp_verify_default, resolve
+from spec.realcode.source import RELATIVE_PATH, Source, SourceError, dcp_verify_default, resolve, tree_of
 from spec.realcode.symexec import (
     LIFTING_BUILTINS,
     Explorer,
@@ -101,12 +102,16 @@ class RealGates:
         source: Source,
         lifting: bool = False,
         threshold: Callable[[Any], Term] = reorder_batch_threshold,
+        tree: Path | None = None,
     ) -> None:
         self.source = source
         self.threshold = threshold  # s -> reorder_batch_threshold (the release's, executed, where it can be)
         self.extracted = extract(source)
         self.code = LoadedCode(self.extracted, builtins_override=LIFTING_BUILTINS if lifting else None)
-        self.code.platform.dcp_verify = dcp_verify_default(source.path)
+        # the DCP verify default of the tree around the file, or of ``tree`` standing in (real_revision)
+        self.code.platform.dcp_verify = dcp_verify_default(
+            source.path if tree is None else tree / RELATIVE_PATH
+        )
         self.has_verify = self.code.has("use_gluon_verify")
         verify_params = self.code.params("use_gluon_verify") if self.has_verify else ()
         self.takes_causal = "causal" in verify_params
@@ -278,10 +283,13 @@ class RealGates:
         return lifted
 
 
-def _threshold(source: Source) -> tuple[Callable[[Any], Term], str]:
-    """The release's own reorder_batch_threshold, executed (spec.realcode.executed.threshold).
+def _threshold(source: Source, tree: Path | None = None) -> tuple[Callable[[Any], Term], str]:
+    """The release's own reorder_batch_threshold, executed (spec.realcode.executed.threshold) in the vLLM
+    tree around the file.  For a file that sits in none, with ``tree`` standing in (:func:`real_revision`):
+    that tree's own file's, executed there; the lone file itself is never executed (it is untrusted input,
+    read only through the AST path: docs/explanation/architecture.md, the trust boundary).
 
-    Where it cannot be executed (a lone file with no vLLM tree around it, or no
+    Where it cannot be executed (a lone file with no vLLM tree around it or given, or no
     torch for the harness), 0.28.0's formula stands in and the revision's
     title says so.
     A cache that cannot be written or an entry that stays damaged is not such a case: it ends the command
@@ -294,6 +302,9 @@ def _threshold(source: Source) -> tuple[Callable[[Any], Term], str]:
 
     spec = source.label.split("==", 1)[1] if source.label.startswith("vllm==") else str(source.path)
     try:
+        if tree is not None:
+            origin = f"executed from the builder of {tree / RELATIVE_PATH}, the file sitting in no vLLM tree"
+            return threshold_function(release_code(str(tree / RELATIVE_PATH))), origin
         return threshold_function(release_code(spec)), "executed from the release's builder"
     except CacheError:
         raise
@@ -301,16 +312,36 @@ def _threshold(source: Source) -> tuple[Callable[[Any], Term], str]:
         return reorder_batch_threshold, f"0.28.0's formula, not executed: {e}"
 
 
-def real_revision(spec: str, lifting: bool = True) -> Revision:
-    """The Revision whose gates are the real functions of ``spec`` (a path or a release)."""
-    return _real_revision(resolve(spec), lifting)
+def threshold_origin(spec: str, tree: Path | None = None) -> str:
+    """Where :func:`real_revision`'s reorder_batch_threshold of ``spec`` (with ``tree``) comes from, as its
+    title says it: "executed from the release's builder", or the stand-in and why."""
+    source = resolve(spec)
+    return _threshold(source, _stand_in(source, tree))[1]
+
+
+def _stand_in(source: Source, tree: Path | None) -> Path | None:
+    """``tree`` where it stands in for the tree around ``source``: for a file that sits in none."""
+    lone = not source.label.startswith("vllm==") and tree_of(source.path) is None
+    return tree if lone else None
+
+
+def real_revision(spec: str, lifting: bool = True, tree: Path | None = None) -> Revision:
+    """The Revision whose gates are the real functions of ``spec`` (a path or a release).
+
+    ``tree``: a vLLM tree that stands in for the one around a file that sits in none (the tree of the
+    release ``check`` compares the file with): the reorder_batch_threshold is that tree's own file's,
+    executed there (the lone file is not executed), and its ``vllm/envs.py`` gives the DCP verify default,
+    so a lone copy of a release's file is read as that release's.  The title names it.  Ignored for a
+    release and for a file inside a tree."""
+    source = resolve(spec)
+    return _real_revision(source, lifting, _stand_in(source, tree))
 
 
 @cache
-def _real_revision(source: Source, lifting: bool) -> Revision:
-    threshold, threshold_origin = _threshold(source)
-    concrete = RealGates(source, threshold=threshold)
-    symbolic = RealGates(source, lifting=True, threshold=threshold) if lifting else None
+def _real_revision(source: Source, lifting: bool, tree: Path | None) -> Revision:
+    threshold, origin = _threshold(source, tree)
+    concrete = RealGates(source, threshold=threshold, tree=tree)
+    symbolic = RealGates(source, lifting=True, threshold=threshold, tree=tree) if lifting else None
     lifted_cache: dict[str, Any] = {}
 
     def outputs(s: Any) -> dict[str, Any]:
@@ -388,7 +419,9 @@ def _real_revision(source: Source, lifting: bool) -> Revision:
 
     return Revision(
         id=source.label,
-        title=f"real gates of {source.label} (reorder_batch_threshold: {threshold_origin})",
+        title=f"real gates of {source.label} (reorder_batch_threshold: {origin}"
+        + ("" if tree is None else f"; DCP verify default from {tree}'s vllm/envs.py")
+        + ")",
         source=str(source.path),
         route=route,
         reorder_batch_threshold=threshold,

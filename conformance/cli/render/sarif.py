@@ -11,7 +11,13 @@ repository root, ``partialFingerprints`` to track a result across runs).
   fullDescription: how it breaks in production, help: why); one ``error``
   result per violated (revision, registry, invariant), whose message carries
   the smallest counterexample, and one ``warning`` per UNKNOWN verdict (a
-  timeout is never a pass).
+  timeout is never a pass).  A result held to a baseline (a gate file) is
+  reported class by class instead: one result per class with its
+  ``baselineState`` (``new``, or ``unchanged`` and suppressed: the baseline
+  has it), and a ``note`` per GONE class (``absent``: fixed), each
+  fingerprinted by its class identity (:mod:`spec.proof.classes`).  Where any
+  result carries ``baselineState``, every one does (SARIF 2.1.0 §3.27.24): a
+  result held to the manifest is ``unchanged`` where expected, else ``new``.
 * ``diff``: two rules, ``new-route`` (NEW sends shapes to a path or kernel OLD
   did not use for them) and ``metadata-sizing`` (the persistent metadata is
   sized differently against reorder_batch_threshold); one result per region,
@@ -36,6 +42,7 @@ from typing import Any
 from mla_model.revisions import REVISIONS
 from mla_model.shape import Shape
 from spec.analyses.diff import Diff, Region
+from spec.proof.classes import ABSENT, NEW, UNCHANGED, BaselineOutcome, class_json
 from spec.proof.expectations import Outcome
 from spec.proof.invariants import INVARIANT_BY_ID
 from spec.proof.prover import UNKNOWN, VIOLATED, CheckResult
@@ -50,16 +57,24 @@ DEFAULT_ANCHOR = "def use_gluon_decode"
 
 
 def check_log(
-    results: list[CheckResult], shape_text: ShapeText, outcomes: list[Outcome] | None = None
+    results: list[CheckResult],
+    shape_text: ShapeText,
+    outcomes: list[Outcome | BaselineOutcome] | None = None,
 ) -> dict[str, Any]:
     """The SARIF log of a check: violations as errors, unknown verdicts as warnings.  With a manifest,
     a violation it expects carries an external suppression whose justification is the manifest's reason
-    (code-scanning views file it as dismissed), and a surprise says so in its message."""
-    expected = {id(o.result): o for o in outcomes or []}
+    (code-scanning views file it as dismissed), and a surprise says so in its message.  A result held to
+    a baseline is one result per class (:func:`_class_results`)."""
+    judged = {id(o.result): o for o in outcomes or []}
+    baselined = any(isinstance(o, BaselineOutcome) for o in outcomes or [])
     checked = list(dict.fromkeys(r.invariant for r in results))
     rules = [_invariant_rule(INVARIANT_BY_ID[i]) for i in checked]
     out = []
     for r in results:
+        against = judged.get(id(r))
+        if isinstance(against, BaselineOutcome):
+            out += _class_results(against, checked.index(r.invariant), shape_text)
+            continue
         if r.verdict not in (VIOLATED, UNKNOWN):
             continue
         where = f"{r.revision} with {r.registry}"
@@ -75,7 +90,7 @@ def check_log(
             )
         else:
             text = f"{r.invariant} is VIOLATED on {where}: {r.reason}"
-        o = expected.get(id(r))
+        o = against
         if o is not None and o.surprise:
             text += " (a surprise: " + (
                 f"the manifest expects {o.expected.verdict})" if o.expected else "no manifest row expects it)"
@@ -94,9 +109,69 @@ def check_log(
                     if o is not None and o.expected is not None and not o.surprise
                     else {}
                 ),
+                **({"baselineState": NEW if o is None or o.surprise else UNCHANGED} if baselined else {}),
             }
         )
     return _log(rules, out)
+
+
+def _class_results(o: BaselineOutcome, rule: int, shape_text: ShapeText) -> list[dict[str, Any]]:
+    """A result held to a baseline, class by class: each class of the check (``new``, or ``unchanged`` and
+    suppressed), each GONE class of the baseline (an ``absent`` note: fixed), and an UNKNOWN verdict as one
+    ``new`` warning."""
+    r, label = o.result, o.baseline.label
+    where = f"{r.revision} with {r.registry}"
+    location = [revision_location(r.revision, INVARIANT_BY_ID[r.invariant].anchor)]
+    if r.verdict == UNKNOWN:
+        text = f"{r.invariant} is UNKNOWN on {where}: {r.reason or 'the solver gave no answer'}"
+        return [_class_result(r, rule, "warning", text, location, NEW, r.to_json(), "UNKNOWN")]
+    out = []
+    for c in r.counterexamples:
+        state = o.state(c)
+        text = (
+            f"{r.invariant} on {where}: "
+            + ("a NEW class, not in" if state == NEW else "a class also in")
+            + f" the baseline {label}: {shape_text(c.shape)} -> {c.route['path']}: {c.symptom}"
+        )
+        cj = class_json(c)
+        level = INVARIANT_BY_ID[r.invariant].level
+        out.append(
+            _class_result(r, rule, level, text, location, state, cj, cj["class_id"])
+            | (
+                {"suppressions": [{"kind": "external", "justification": f"in the baseline {label} already"}]}
+                if state == UNCHANGED
+                else {}
+            )
+        )
+    for g in o.gone:
+        text = (
+            f"fixed: {r.invariant} on {where} no longer has this class of the baseline {label}: "
+            f"{shape_text(Shape.from_json(g['shape']))} -> {g['route']['path']}: {g['symptom']}"
+        )
+        out.append(_class_result(r, rule, "note", text, location, ABSENT, g, g["class_id"]))
+    return out
+
+
+def _class_result(
+    r: CheckResult,
+    rule: int,
+    level: str,
+    text: str,
+    location: list,
+    state: str,
+    properties: dict[str, Any],
+    cid: str,
+) -> dict[str, Any]:
+    return {
+        "ruleId": r.invariant,
+        "ruleIndex": rule,
+        "level": level,
+        "message": {"text": text},
+        "locations": location,
+        "partialFingerprints": {"mlaSpecClass/v1": f"{r.registry}|{r.invariant}|{cid}"},
+        "baselineState": state,
+        "properties": properties,
+    }
 
 
 def diff_log(d: Diff, fail_on_new_routes: bool, shape_text: ShapeText) -> dict[str, Any]:

@@ -12,12 +12,16 @@ from rich.text import Text
 
 from mla_model.registry import NO_KERNEL
 from mla_model.shape import FP8_KV_CACHE_DTYPES, Shape
+from spec.proof.classes import route_changes
 from spec.proof.invariants import INVARIANT_BY_ID
 from spec.proof.verdict import PROVED, UNKNOWN, VIOLATED
 
 if TYPE_CHECKING:
+    from spec.proof.classes import BaselineOutcome
     from spec.proof.expectations import Outcome
     from spec.proof.prover import CheckResult
+
+    Judged = Outcome | BaselineOutcome
 
 
 def shape_summary(s: Shape) -> str:
@@ -56,7 +60,8 @@ def _cell(r: CheckResult, surprise: bool = False, short: bool = False) -> str:
 
 SHORT_LEGEND = (
     "VIOL n: VIOLATED with n counterexample classes (n+: more not enumerated); WARN n: a warning-level "
-    "invariant violated (a cost, not a fault); !: a verdict the manifest does not expect"
+    "invariant violated (a cost, not a fault); !: a surprise (a verdict the manifest does not expect, or a "
+    "NEW class against the baseline)"
 )
 
 
@@ -66,20 +71,30 @@ def revision_label(revision: str) -> str:
     return revision if len(parts) <= 3 else "…/" + "/".join(parts[-3:])
 
 
-def detailed_results(results: list[CheckResult], outcomes: list[Outcome] | None) -> list[CheckResult]:
-    """The results the text details below its table: every one without a manifest, else the surprises."""
-    return results if outcomes is None else [o.result for o in outcomes if o.surprise]
+def detailed_results(results: list[CheckResult], outcomes: list[Judged] | None) -> list[CheckResult]:
+    """The results the text details below its table: every one without a manifest, else the surprises
+    (of a result held to a baseline, only an UNKNOWN one: its classes are listed by state)."""
+    if outcomes is None:
+        return results
+    return [
+        o.result for o in outcomes if o.surprise and (_held_to_manifest(o) or o.result.verdict == UNKNOWN)
+    ]
+
+
+def _held_to_manifest(o: Judged) -> bool:
+    return hasattr(o, "expected")
 
 
 def check_table(
     results: list[CheckResult],
     console: Console,
-    outcomes: list[Outcome] | None = None,
+    outcomes: list[Judged] | None = None,
     show: int = 3,
     hit: dict[int, list[str]] | None = None,
 ) -> None:
     """The verdict table, then each violation's first ``show`` classes: with a manifest (``outcomes``),
-    only the surprises are detailed and a summary says whether every verdict is as expected."""
+    only the surprises are detailed and a summary says whether every verdict is as expected; a result held
+    to a baseline lists its NEW and GONE classes (``show`` of each), and a summary counts them."""
     table = verdict_table(results, outcomes, short=False)
     short = Measurement.get(console, console.options, table).maximum > console.width
     console.print(verdict_table(results, outcomes, short=True) if short else table)
@@ -92,11 +107,15 @@ def check_table(
         elif r.verdict == UNKNOWN:
             where = escape(f"{r.revision} with {r.registry}: {r.reason}")
             console.print(f"\n[yellow]UNKNOWN[/] {r.invariant} on {where}")
-    if outcomes is not None:
-        expectation_summary(outcomes, console)
+    manifest = [o for o in outcomes or [] if _held_to_manifest(o)]
+    if manifest:
+        expectation_summary(manifest, console)
+    against = [o for o in outcomes or [] if not _held_to_manifest(o)]
+    for revision in dict.fromkeys(o.result.revision for o in against):
+        baseline_lines([o for o in against if o.result.revision == revision], console, show)
 
 
-def verdict_table(results: list[CheckResult], outcomes: list[Outcome] | None, short: bool) -> Table:
+def verdict_table(results: list[CheckResult], outcomes: list[Judged] | None, short: bool) -> Table:
     """check's table: a row per (revision, invariant), a column per registry.  The invariant and verdict
     columns are never cut (a narrow terminal folds the revision, a gate file's path, instead)."""
     surprise = {id(o.result): o.surprise for o in outcomes or []}
@@ -192,6 +211,97 @@ def expectation_summary(outcomes: list[Outcome], console: Console) -> None:
         console.print(
             f"  ! {escape(r.revision)} / {r.registry} / {r.invariant}: {r.verdict}, {want}{level}",
             soft_wrap=True,
+        )
+
+
+def baseline_lines(outcomes: list[BaselineOutcome], console: Console, show: int) -> None:
+    """One check target's results against its baseline: per result with a NEW or GONE class, those classes
+    (``show`` of each) and how many are unchanged; one line for the other results; then the surprises."""
+    b, revision = outcomes[0].baseline, outcomes[0].result.revision
+    console.print(
+        f"\n[bold]{escape(revision)}[/] against [bold]{escape(b.label)}[/] ({escape(b.how)}), "
+        "class by class:",
+        soft_wrap=True,
+    )
+    changed = [o for o in outcomes if o.new or o.gone]
+    for o in changed:
+        r = o.result
+        was = b.results[r.registry, r.invariant].verdict if (r.registry, r.invariant) in b.results else "-"
+        console.print(
+            f"  {r.invariant} with {r.registry}: [bold magenta]{len(o.new)} NEW[/], "
+            f"[green]{len(o.gone)} GONE[/], {len(o.unchanged)} unchanged  [dim]({was} -> {r.verdict})[/]",
+            soft_wrap=True,
+        )
+        new, in_place = [], set()
+        for c in o.new:
+            g = o.replaces(c)
+            moved = None if g is None else route_changes(g["route"], c.route)
+            if g is not None:
+                in_place.add(g["class_id"])
+            new.append((c.shape, c.route["path"], c.symptom, moved))
+        _state_lines("NEW ", new, console, show)
+        gone = [
+            (Shape.from_json(g["shape"]), g["route"]["path"], g["symptom"], None)
+            for g in o.gone
+            if g["class_id"] not in in_place
+        ]
+        _state_lines("GONE", gone, console, show)
+        if in_place:
+            console.print(
+                f"    [dim]({label_count(len(in_place), 'GONE class')} replaced by NEW ones of the same "
+                "view, above)[/]"
+            )
+    same = [o for o in outcomes if not (o.new or o.gone)]
+    if same:
+        console.print(
+            f"  {'other results' if changed else 'results'} as the baseline's: "
+            f"{label_count(len(same), 'result')}, "
+            f"{label_count(sum(len(o.unchanged) for o in same), 'class')} unchanged",
+            soft_wrap=True,
+        )
+    surprises = [o for o in outcomes if o.surprise]
+    new, gone = sum(len(o.new) for o in outcomes), sum(len(o.gone) for o in outcomes)
+    if not surprises:
+        console.print(
+            f"\n[green]As the baseline:[/] no NEW class against {escape(b.label)} ({gone} GONE, fixed)",
+            soft_wrap=True,
+        )
+        return
+    console.print(
+        f"\n[bold magenta]{label_count(len(surprises), 'surprise')}[/] against the baseline "
+        f"{escape(b.label)} ({new} NEW, {gone} GONE):",
+        soft_wrap=True,
+    )
+    for o in surprises:
+        r = o.result
+        what = (
+            label_count(len(o.new), "NEW class") if r.verdict != UNKNOWN else f"UNKNOWN ({escape(r.reason)})"
+        )
+        level = " [dim](warning: does not change the exit status)[/]" if not o.counts else ""
+        console.print(
+            f"  ! {escape(r.revision)} / {r.registry} / {r.invariant}: {what}{level}", soft_wrap=True
+        )
+
+
+def _state_lines(state: str, classes: list[tuple[Any, ...]], console: Console, show: int) -> None:
+    """The first ``show`` classes of one baseline state, a line each (GONE ones marked fixed).  Each item
+    is (shape, path, symptom, moved): ``moved``, for a NEW class in place of a GONE one of the same view,
+    the route fields that differ (:func:`spec.proof.classes.route_changes`)."""
+    fixed = "  [green](fixed)[/]" if state == "GONE" else ""
+    for shape, path, symptom, moved in classes[:show]:
+        detail = escape(symptom.split(" -> ")[0])
+        console.print(
+            f"    {state} {shape_summary(shape)}  [cyan]->{path}[/]  {detail}{fixed}", soft_wrap=True
+        )
+        if moved:
+            fields = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in moved.items())
+            console.print(
+                f"         [dim]in place of the baseline's class of this view: {escape(fields)}[/]",
+                soft_wrap=True,
+            )
+    if len(classes) > show:
+        console.print(
+            f"    [dim]... and {len(classes) - show} more {state.strip()} (--show, or --format json)[/]"
         )
 
 
