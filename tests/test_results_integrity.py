@@ -128,6 +128,20 @@ def test_out_must_be_new_empty_or_a_results_file_of_ours(copied, tmp_path, kind)
     assert target.read_bytes() == before
 
 
+@pytest.mark.parametrize("kind", ["symlink", "hard link"])
+def test_a_link_planted_at_the_pytest_log_is_refused_and_its_target_untouched(copied, tmp_path, kind):
+    """Was: conform opened ``<out>.pytest.log`` following a symlink and appended pytest's output to the
+    link's target (a file of the user's, say ~/.bashrc)."""
+    cases, out = copied
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's file\n")
+    log = out.with_suffix(".pytest.log")
+    log.symlink_to(victim) if kind == "symlink" else os.link(victim, log)
+    before = out.read_bytes()
+    _one_line_exit_2(run(*_conform(cases, out)), f"pytest log {log} is")
+    assert victim.read_text() == "the user's file\n" and out.read_bytes() == before
+
+
 def test_a_second_run_on_one_out_is_refused_while_the_first_holds_it(copied):
     """Was: two runs on one --out ran every case twice."""
     cases, out = copied
