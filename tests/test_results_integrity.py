@@ -215,6 +215,13 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def _running(pid: int) -> bool:
     """Whether the process exists and has not exited (a zombie no one reaped yet has)."""
     try:
@@ -256,9 +263,12 @@ def test_a_killed_child_records_error_for_its_unfinished_cases_and_the_resume_ru
 
 
 def test_a_child_writes_nothing_once_conform_is_killed(tmp_path):
-    """Was: a SIGKILLed conform left its pytest child running and writing the results file."""
+    """Was: a SIGKILLed conform left its pytest child running and writing the results file, and the child's
+    scratch folder (the copy of the cases file, pytest's ini) behind."""
     proc, cases, out = _start(tmp_path, 60)
     child = _children(proc.pid)
+    (scratch,) = {Path(os.readlink(f"/proc/{c}/cwd")) for c in child if b"pytest" in _cmdline(c)}
+    assert scratch.name.startswith("mla-conform-run-")
     proc.kill()
     proc.communicate(timeout=60)
     deadline = time.monotonic() + 60
@@ -266,13 +276,17 @@ def test_a_child_writes_nothing_once_conform_is_killed(tmp_path):
         time.sleep(0.2)
     assert not any(_running(p) for p in child), "the child kept running"
     assert len(_results(out)) < 60  # it stopped at its next write, not after the last case
+    deadline = time.monotonic() + 5
+    while scratch.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not scratch.exists(), f"the child's scratch folder {scratch} left 5 s after SIGKILL"
 
 
 def test_a_killed_xdist_worker_records_error_for_its_case_and_the_others_run_on(tmp_path):
     """The worker's case is ERROR (not SKIP, not lost); xdist replaces the worker and the rest run."""
     proc, cases, out = _start(tmp_path, 30, "--workers", "2")
     # conform's children: the pytest controller, and confine's watchdog that kills its group with conform
-    (controller,) = [c for c in _children(proc.pid) if b"pytest" in Path(f"/proc/{c}/cmdline").read_bytes()]
+    (controller,) = [c for c in _children(proc.pid) if b"pytest" in _cmdline(c)]
     workers = _children(controller)
     assert len(workers) == 2
     os.kill(workers[0], signal.SIGKILL)
