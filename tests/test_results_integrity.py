@@ -215,6 +215,13 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _scratch(children: list[int]) -> Path:
+    """The pytest child's working folder: the scratch folder conform made for it."""
+    (folder,) = {Path(os.readlink(f"/proc/{c}/cwd")) for c in children if b"pytest" in _cmdline(c)}
+    assert folder.name.startswith("mla-conform-run-")
+    return folder
+
+
 def _cmdline(pid: int) -> bytes:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -232,9 +239,11 @@ def _running(pid: int) -> bool:
 
 @pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_ends_conform_cleanly_and_says_how_to_resume(tmp_path, sig, status):
-    """Was: SIGINT exited 2 (bad input) saying nothing, and a killed conform left its pytest writing."""
+    """Was: SIGINT exited 2 (bad input) saying nothing, and a killed conform left its pytest writing and
+    the child's scratch folder behind."""
     proc, cases, out = _start(tmp_path, 60)
     child = _children(proc.pid)
+    scratch = _scratch(child)
     proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == status, stderr
@@ -244,6 +253,7 @@ def test_a_signal_ends_conform_cleanly_and_says_how_to_resume(tmp_path, sig, sta
     time.sleep(1)
     assert int(match.group(1)) == len(_results(out)) < 60  # every line whole, and nothing written since
     assert not [p for p in child if _running(p)], "the pytest child outlived conform"
+    assert not scratch.exists(), f"the child's scratch folder {scratch} outlived conform"
 
 
 def test_a_killed_child_records_error_for_its_unfinished_cases_and_the_resume_runs_them(tmp_path):
@@ -267,8 +277,7 @@ def test_a_child_writes_nothing_once_conform_is_killed(tmp_path):
     scratch folder (the copy of the cases file, pytest's ini) behind."""
     proc, cases, out = _start(tmp_path, 60)
     child = _children(proc.pid)
-    (scratch,) = {Path(os.readlink(f"/proc/{c}/cwd")) for c in child if b"pytest" in _cmdline(c)}
-    assert scratch.name.startswith("mla-conform-run-")
+    scratch = _scratch(child)
     proc.kill()
     proc.communicate(timeout=60)
     deadline = time.monotonic() + 60

@@ -568,13 +568,6 @@ def _replay(
     # (spec.realcode.executed.confine), which holds the copy of the cases file pytest collects.
     from spec.realcode.executed import confine
 
-    scratch = Path(tempfile.mkdtemp(prefix="mla-conform-run-"))
-    (scratch / "pytest.ini").write_text("[pytest]\n")
-    copy = scratch / "cases.jsonl"
-    shutil.copyfile(cases_path, copy)
-    cmd = _pytest_command(
-        backend, copy, out.resolve(), device, fault, kv_len, full_context, workers, vllm, scratch
-    )
     env = confine.allowed_environment({"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
     from conformance.backends.vllm import DCP_ENV  # the vllm backend reads the DCP switches from here
 
@@ -582,8 +575,9 @@ def _replay(
         env.pop(DCP_ENV[name], None)
         if value:
             env[DCP_ENV[name]] = value
-    with (
+    with (  # the scratch folder goes on every way out, SIGINT too (after a SIGKILL, confine's watchdog)
         sink,
+        tempfile.TemporaryDirectory(prefix="mla-conform-run-") as folder,
         Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
@@ -593,6 +587,13 @@ def _replay(
             transient=fmt == "json",
         ) as progress,
     ):
+        scratch = Path(folder)
+        (scratch / "pytest.ini").write_text("[pytest]\n")
+        copy = scratch / "cases.jsonl"
+        shutil.copyfile(cases_path, copy)
+        cmd = _pytest_command(
+            backend, copy, out.resolve(), device, fault, kv_len, full_context, workers, vllm, scratch
+        )
         task = progress.add_task(backend, total=len(keys), completed=results.done())
         for _ in range(MAX_RESTARTS):
             before = results.update()
@@ -606,7 +607,6 @@ def _replay(
                 break
         sink.seek(max(0, os.fstat(sink.fileno()).st_size - 65536))  # its last line, for a failed child
         tail = sink.read().strip().splitlines()[-1:] or ["no output"]
-    shutil.rmtree(scratch, ignore_errors=True)
     if child.returncode < 0:  # the child was killed: our harness failed, not the cases it had not finished
         _record_errors(cases_path, out, backend, device, fault, results, -child.returncode)
     records = [results.latest[k] for k in order if k in results.latest]
