@@ -30,8 +30,12 @@ starts its child through :class:`Child` or :func:`run`:
   step ends (torch loaded, the release imported, each shape), so
   ``--timeout`` bounds the release's import and each shape, not the whole
   run; only as many beats count as the request has steps, so code that beats
-  in a loop gains nothing.  Commands whose ``--timeout`` bounds the executed
-  code set it with :func:`set_time_limit`.
+  in a loop gains nothing.  The child's start, up to its first beat (an
+  interpreter and torch: our code, none of the release's), may take
+  :data:`START_S` where that is longer: on two loaded cores importing torch
+  alone took more than 5 s (``bind --timeout 5`` then failed "on its start").
+  Commands whose ``--timeout`` bounds the executed code set it with
+  :func:`set_time_limit`.
 * **Process group**: the child starts a session of its own
   (``start_new_session``), so a terminal's SIGINT reaches only mla-spec, which
   then ends the group itself.  Every exit from :func:`run` or a ``with``
@@ -96,6 +100,7 @@ HEARTBEAT_ENV = "MLA_SPEC_HEARTBEAT_FD"
 PACKAGE_ROOT = Path(__file__).resolve().parents[3]  # the folder that holds spec/, conformance/, mla_model/
 CPU_SECONDS = 12 * 3600  # RLIMIT_CPU per process: far past any run measured (minutes), a stop for a spinner
 DEFAULT_TIME_LIMIT = 1800.0  # seconds a child may stay quiet, where no command set --timeout
+START_S = 120.0  # seconds a child that beats may take to its first beat (torch loaded), at least
 KILL_GRACE_S = 5  # RLIMIT_CPU's hard limit past the soft one (SIGXCPU, then SIGKILL)
 _PR_SET_PDEATHSIG = 1
 # The watchdog (python -I -S -c WATCHDOG PGID [SCRATCH]): mla-spec holds the write end of its stdin.  A byte
@@ -415,7 +420,8 @@ def run(
 ) -> Completed:
     """Run ``argv`` confined in ``cwd`` with ``input`` on stdin, for at most ``timeout`` seconds (default
     :func:`time_limit`) per step: each of the child's first ``steps`` beats starts its limit again (later
-    ones do not, so a child that beats in a loop still ends).  Its group is killed either way."""
+    ones do not, so a child that beats in a loop still ends); where it has steps, its start may take
+    :data:`START_S`.  Its group is killed either way."""
     timeout = _time_limit if timeout is None else timeout
     return _run(argv, input, cwd, env, timeout, steps, device)
 
@@ -438,7 +444,7 @@ def _run(
             argv, cwd=cwd, env=env, device=device, stdin=stdin, stdout=stdout, stderr=stderr, heartbeat=True
         ) as child:
             timed_out, beats = False, 0
-            deadline = time.monotonic() + timeout
+            deadline = time.monotonic() + (max(timeout, START_S) if steps else timeout)
             while not child.wait_for_exit(max(0.0, min(0.2, deadline - time.monotonic()))):
                 got = child.drain_beats()
                 if got and beats < steps:
