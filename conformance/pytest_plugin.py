@@ -90,7 +90,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not _active(config):
         return
     from conformance.backends import BACKENDS, FAULT_BACKENDS
-    from mla_model.case import read_cases, stale_cases
+    from mla_model.case import iter_cases, stale_cases
 
     backend, cases = config.getoption("--mla-backend"), config.getoption("--mla-cases")
     if not backend or not cases:
@@ -110,12 +110,13 @@ def pytest_configure(config: pytest.Config) -> None:
     path = Path(cases)
     if not path.is_file():
         raise pytest.UsageError(f"--mla-cases {cases}: no such file")
-    try:
-        parsed = read_cases(path)
+    checked = _checked_by_parent(config, config.getoption("--mla-results"))
+    stale: list[str] = []
+    try:  # one case at a time: nothing of the file is kept (collection reads it again, see CasesFile)
+        for case in iter_cases(path):
+            stale += [] if checked else stale_cases([case])
     except ValueError as e:
         raise pytest.UsageError(f"--mla-cases {e}") from None
-    try:
-        stale = [] if _checked_by_parent(config, config.getoption("--mla-results")) else stale_cases(parsed)
     except KeyError as e:  # a case of a revision or registry that mla-spec does not know (as conform says)
         raise pytest.UsageError(f"--mla-cases {cases}: {e.args[0]}") from None
     if stale:  # replaying a route the model no longer takes would pass or fail the wrong thing
@@ -133,7 +134,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_SETTINGS] = {
         "backend": backend,
         "path": path.resolve(),
-        "cases": parsed,
         "fault": fault,
         "kv_len": kv_len,
         "full_context": config.getoption("--mla-full-context"),
@@ -235,9 +235,10 @@ def pytest_handlecrashitem(crashitem: str, report: Any, sched: Any) -> None:
         return
     from conformance import runner
     from conformance.backends import case_key
+    from mla_model.case import iter_cases
 
     key = crashitem.rsplit("::", 1)[-1]
-    case = next((c for c in settings["cases"] if case_key(c) == key), None)
+    case = next((c for c in iter_cases(settings["path"]) if case_key(c) == key), None)
     if case is None:
         return
     record = runner.case_record(case, settings["backend"], settings["device"], settings["fault"])
@@ -255,23 +256,46 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> Any:
 
 
 class CasesFile(pytest.File):
+    """The cases file, read one case at a time.
+
+    Memory: pytest collects every item before the first one runs (``session.items`` is a list; xdist
+    schedules workers by index into it), so one :class:`CaseItem` per case is the floor.  What we add is
+    kept to the key and where the case's line starts: no :class:`~mla_model.case.Case` stays in memory,
+    each is read again from its line when it runs (tests/test_input_bounds.py counts them).  Measured
+    with ``--collect-only`` on 5,000 and 50,000 cases (2026-12-04): peak RSS 62 and 136 MB, about 1.6 KB
+    a case, pytest's item; with every Case kept it was 79 and 307 MB, 5.1 KB a case.  So a million cases
+    still take about 1.6 GB in each process that collects them (each xdist worker does).  The vllm
+    backend holds the cases still to do: it batches them into its child processes."""
+
     def collect(self) -> Any:
         from conformance.backends import case_key
+        from mla_model.case import located_cases
 
-        for case in self.config.stash[_SETTINGS]["cases"]:
-            yield CaseItem.from_parent(self, name=case_key(case), case=case)
+        for line, offset, case in located_cases(self.path):
+            yield CaseItem.from_parent(self, name=case_key(case), line=line, offset=offset)
 
 
 class CaseItem(pytest.Item):
-    def __init__(self, *, case: Any, **kwargs: Any) -> None:
+    def __init__(self, *, line: int, offset: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.case = case
+        self.line, self.offset = line, offset
+
+    def case(self) -> Any:
+        """This item's case, read from its line of the cases file (not kept: see :class:`CasesFile`)."""
+        from conformance.backends import case_key
+        from mla_model.case import case_at
+
+        case = case_at(self.path, self.offset, self.line)
+        if case_key(case) != self.name:
+            raise ValueError(f"{self.path}:{self.line}: now holds {case_key(case)}, not {self.name}")
+        return case
 
     def runtest(self) -> None:
         from conformance import runner
         from conformance.backends import DEVICE_LOST_EXIT, case_key, load_backend
 
         settings = self.config.stash[_SETTINGS]
+        case = self.case()
         log = runner.ResultsLog(settings["results"]) if settings["results"] else None
         if log is not None and settings["done"] is None:
             settings["done"] = log.done(settings["backend"], settings["fault"])
@@ -285,14 +309,15 @@ class CaseItem(pytest.Item):
         backend = load_backend(settings["backend"])
         if hasattr(backend, "configure") and not settings["configured"]:
             # Batching backends (vllm) run the cases still to do in chunks, one process per chunk.
+            from mla_model.case import iter_cases
+
             done = settings["done"] or set()
             backend.configure(
-                release=settings["vllm"], cases=[c for c in settings["cases"] if case_key(c) not in done]
+                release=settings["vllm"],
+                cases=(c for c in iter_cases(settings["path"]) if case_key(c) not in done),
             )
             settings["configured"] = True
-        record = runner.run_case(
-            self.case, backend, device, kv_len, settings["fault"], settings["full_context"]
-        )
+        record = runner.run_case(case, backend, device, kv_len, settings["fault"], settings["full_context"])
         self.user_properties.append(("mla_status", record["status"]))
         if log is not None:
             settings["writer"].write(lambda: log.append(record))
@@ -305,14 +330,14 @@ class CaseItem(pytest.Item):
             if status == "NO_KERNEL":
                 pytest.xfail(f"NO_KERNEL: {detail}")
             if status != "PASS":
-                raise CaseFailed(f"{status}: {detail}")
+                raise CaseFailed(f"({case.origin}): {status}: {detail}")
             return
         from conformance.backends.vllm import DCP_ENV
         from conformance.expect import predicted, verdict_of
 
-        expected = predicted(self.case, settings["fault"], os.environ.get(DCP_ENV["inject_fault"]))
+        expected = predicted(case, settings["fault"], os.environ.get(DCP_ENV["inject_fault"]))
         if verdict_of(expected, status) != "expected":
-            raise CaseFailed(f"{status}, its class predicts {expected}: {detail}")
+            raise CaseFailed(f"({case.origin}): {status}, its class predicts {expected}: {detail}")
         if status != "PASS":
             pytest.xfail(f"{status} (predicted): {detail}")
 
@@ -321,7 +346,7 @@ class CaseItem(pytest.Item):
         else.  pytest formats a traceback for an xfail too, parsing every source file on the stack: 0.5 s
         a case on the CPU (vllm-0.27's 77 predicted failures: 39 of the run's 58 s), so never for ours."""
         if isinstance(excinfo.value, (CaseFailed, pytest.xfail.Exception)):
-            return f"{self.name} ({self.case.origin}): {excinfo.value}"
+            return f"{self.name} {excinfo.value}"
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self) -> Any:

@@ -264,19 +264,40 @@ def read_cases(path: Path) -> list[Case]:
 
 
 def iter_cases(path: Path) -> Iterator[Case]:
-    """The cases of a JSONL file one at a time, read within :mod:`mla_model.limits` (a device or a FIFO is
-    refused before it is opened; a line too long or nested too deep is refused before it is parsed); a bad
-    line is a ValueError naming the file and line, its values cut to a readable length."""
-    for n, _, line in json_lines(path, "cases file"):
+    """The cases of a JSONL file one at a time (see :func:`located_cases`)."""
+    for _, _, case in located_cases(path):
+        yield case
+
+
+def located_cases(path: Path, start: int = 0, first_line: int = 1) -> Iterator[tuple[int, int, Case]]:
+    """``(line number, byte offset where the line starts, case)`` of each case of a JSONL file from byte
+    ``start`` (line ``first_line``), one at a time, read within :mod:`mla_model.limits` (a device or a FIFO
+    is refused before it is opened; a line too long or nested too deep is refused before it is parsed); a
+    bad line is a ValueError naming the file and line, its values cut to a readable length."""
+    at = start
+    for n, after, line in json_lines(path, "cases file", start, first_line):
+        begin, at = at, after
         if not line.strip():
             continue
         try:
             data = json.loads(line)
             if not isinstance(data, dict):
                 raise ValueError(f"a case is a JSON object, not {type(data).__name__}")
-            yield Case.from_json(data)
+            case = Case.from_json(data)
         except (ValueError, TypeError, KeyError) as e:
             raise ValueError(f"{path}:{n}: {cut_text(str(e))}") from None
+        yield n, begin, case
+
+
+def case_at(path: Path, offset: int, line: int) -> Case:
+    """The case on line ``line`` of a JSONL file, which starts at byte ``offset`` (from
+    :func:`located_cases`): one line read, not the file.  A ValueError where no case starts there (the
+    file changed)."""
+    for n, _, case in located_cases(path, offset, line):
+        if n == line:
+            return case
+        break
+    raise ValueError(f"{path}:{line}: no case starts at byte {offset:,} (the file changed since it was read)")
 
 
 def _kernel_json(name: str) -> str | None:

@@ -163,18 +163,22 @@ def test_a_module_level_loop_ends_at_the_timeout_with_one_line_and_nothing_left(
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
 def test_nothing_of_the_run_outlives_a_signal_to_mla_spec_alone(looping_tree, tmp_path, sig):
+    """No process of the run, and not the child's scratch folder (was: left behind after SIGKILL and
+    SIGTERM, the ``with`` block that removes it never ending)."""
     proc, token = _start(looping_tree, tmp_path, "600")
-    _wait_for_probe(tmp_path, proc)
+    scratch = Path(_wait_for_probe(tmp_path, proc)["cwd"])
     assert len(_ours(token)) >= 4  # mla-spec, the child, its subprocess, its forked process
     proc.send_signal(sig)
     sent = time.monotonic()
-    while _ours(token) and time.monotonic() - sent < 5:
+    while (_ours(token) or scratch.exists()) and time.monotonic() - sent < 5:
         time.sleep(0.05)
-    left = _ours(token)
+    left, kept = _ours(token), scratch.exists()
     proc.kill()  # if mla-spec itself did not end, the test ends it
     proc.communicate()
     _reap(token)
+    shutil.rmtree(scratch, ignore_errors=True)
     assert not left, f"{len(left)} process(es) of the run left 5 s after {sig.name}"
+    assert not kept, f"the child's scratch folder {scratch} left 5 s after {sig.name}"
 
 
 def test_a_child_gets_the_folders_named_in_mla_spec_pythonpath_and_never_the_callers_pythonpath(monkeypatch):

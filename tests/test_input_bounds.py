@@ -145,3 +145,67 @@ def test_a_results_line_past_a_limit_is_refused_on_resume(tmp_path):
         "conform", "--backend", "model", "--cases", cases, "--out", out, "--device", "cpu", "--kv-len", "8"
     )
     _one_line_exit_2(again, "nested deeper than 32")
+
+
+# Counts the Case objects alive once pytest has collected the cases file, and again once three of its
+# cases (the others deselected) have run: gc, not RSS, so the count does not depend on the allocator.
+PROBE = """
+import gc, json, os
+
+def _alive():
+    from mla_model.case import Case
+    gc.collect()
+    return sum(type(o) is Case for o in gc.get_objects())
+
+def pytest_collection_modifyitems(config, items):
+    os.environ["PROBE_COLLECTED"] = json.dumps([len(items), _alive()])
+    config.hook.pytest_deselected(items=items[3:])
+    del items[3:]
+
+def pytest_sessionfinish(session):
+    collected = json.loads(os.environ["PROBE_COLLECTED"])
+    with open(os.environ["PROBE_OUT"], "w") as f:
+        json.dump({"items": collected[0], "collected": collected[1], "ran": _alive()}, f)
+"""
+
+
+def _many_cases(n: int, path: Path) -> Path:
+    """``n`` distinct cases: the single-request cases of vllm-0.28 at a 1 GiB KV cache, each again with a
+    cache a few pages smaller (below the 2 GiB bound, so the pinned route stays the same)."""
+    import dataclasses
+
+    from mla_model.case import case_id
+
+    base = [c for c in read_cases(CASES) if c.shape.num_reqs == 1 and c.shape.kv_cache_bytes == 1 << 30]
+    cases = []
+    for i in range(n):
+        shape = dataclasses.replace(
+            base[i % len(base)].shape, kv_cache_bytes=(1 << 30) - 4096 * (i // len(base))
+        )
+        cases.append(dataclasses.replace(base[i % len(base)], id=case_id(shape), shape=shape))
+    write_cases(cases, path)
+    return path
+
+
+def test_the_pytest_plugin_keeps_no_case_in_memory_however_long_the_file(tmp_path):
+    """Was: the plugin parsed the whole cases file into Case objects and kept them all for the run.  Now an
+    item keeps its key and where its line starts, and a case is read again when it runs: none stays in
+    memory (pytest's own item per case is the floor, see conformance.pytest_plugin.CasesFile)."""
+    cases = _many_cases(1000, tmp_path / "cases.jsonl")
+    (tmp_path / "case_probe.py").write_text(PROBE)
+    env = dict(os.environ, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1", PROBE_OUT=str(tmp_path / "probe.json"))
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(ROOT)])
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "conformance.pytest_plugin"]
+        + ["-p", "case_probe", "--mla-backend", "model", "--mla-cases", str(cases), "--mla-device", "cpu"]
+        + ["--mla-kv-len", "8", "--mla-results", str(tmp_path / "results.jsonl"), "--rootdir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert done.returncode == 0 and "3 passed" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
+    probe = json.loads((tmp_path / "probe.json").read_text())
+    assert probe["items"] == 1000
+    assert probe["collected"] == 0 and probe["ran"] <= 1, probe

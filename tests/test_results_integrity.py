@@ -128,6 +128,20 @@ def test_out_must_be_new_empty_or_a_results_file_of_ours(copied, tmp_path, kind)
     assert target.read_bytes() == before
 
 
+@pytest.mark.parametrize("kind", ["symlink", "hard link"])
+def test_a_link_planted_at_the_pytest_log_is_refused_and_its_target_untouched(copied, tmp_path, kind):
+    """Was: conform opened ``<out>.pytest.log`` following a symlink and appended pytest's output to the
+    link's target (a file of the user's, say ~/.bashrc)."""
+    cases, out = copied
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's file\n")
+    log = out.with_suffix(".pytest.log")
+    log.symlink_to(victim) if kind == "symlink" else os.link(victim, log)
+    before = out.read_bytes()
+    _one_line_exit_2(run(*_conform(cases, out)), f"pytest log {log} is")
+    assert victim.read_text() == "the user's file\n" and out.read_bytes() == before
+
+
 def test_a_second_run_on_one_out_is_refused_while_the_first_holds_it(copied):
     """Was: two runs on one --out ran every case twice."""
     cases, out = copied
@@ -201,6 +215,20 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _scratch(children: list[int]) -> Path:
+    """The pytest child's working folder: the scratch folder conform made for it."""
+    (folder,) = {Path(os.readlink(f"/proc/{c}/cwd")) for c in children if b"pytest" in _cmdline(c)}
+    assert folder.name.startswith("mla-conform-run-")
+    return folder
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def _running(pid: int) -> bool:
     """Whether the process exists and has not exited (a zombie no one reaped yet has)."""
     try:
@@ -211,9 +239,11 @@ def _running(pid: int) -> bool:
 
 @pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_ends_conform_cleanly_and_says_how_to_resume(tmp_path, sig, status):
-    """Was: SIGINT exited 2 (bad input) saying nothing, and a killed conform left its pytest writing."""
+    """Was: SIGINT exited 2 (bad input) saying nothing, and a killed conform left its pytest writing and
+    the child's scratch folder behind."""
     proc, cases, out = _start(tmp_path, 60)
     child = _children(proc.pid)
+    scratch = _scratch(child)
     proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == status, stderr
@@ -223,6 +253,7 @@ def test_a_signal_ends_conform_cleanly_and_says_how_to_resume(tmp_path, sig, sta
     time.sleep(1)
     assert int(match.group(1)) == len(_results(out)) < 60  # every line whole, and nothing written since
     assert not [p for p in child if _running(p)], "the pytest child outlived conform"
+    assert not scratch.exists(), f"the child's scratch folder {scratch} outlived conform"
 
 
 def test_a_killed_child_records_error_for_its_unfinished_cases_and_the_resume_runs_them(tmp_path):
@@ -242,9 +273,11 @@ def test_a_killed_child_records_error_for_its_unfinished_cases_and_the_resume_ru
 
 
 def test_a_child_writes_nothing_once_conform_is_killed(tmp_path):
-    """Was: a SIGKILLed conform left its pytest child running and writing the results file."""
+    """Was: a SIGKILLed conform left its pytest child running and writing the results file, and the child's
+    scratch folder (the copy of the cases file, pytest's ini) behind."""
     proc, cases, out = _start(tmp_path, 60)
     child = _children(proc.pid)
+    scratch = _scratch(child)
     proc.kill()
     proc.communicate(timeout=60)
     deadline = time.monotonic() + 60
@@ -252,13 +285,17 @@ def test_a_child_writes_nothing_once_conform_is_killed(tmp_path):
         time.sleep(0.2)
     assert not any(_running(p) for p in child), "the child kept running"
     assert len(_results(out)) < 60  # it stopped at its next write, not after the last case
+    deadline = time.monotonic() + 5
+    while scratch.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not scratch.exists(), f"the child's scratch folder {scratch} left 5 s after SIGKILL"
 
 
 def test_a_killed_xdist_worker_records_error_for_its_case_and_the_others_run_on(tmp_path):
     """The worker's case is ERROR (not SKIP, not lost); xdist replaces the worker and the rest run."""
     proc, cases, out = _start(tmp_path, 30, "--workers", "2")
     # conform's children: the pytest controller, and confine's watchdog that kills its group with conform
-    (controller,) = [c for c in _children(proc.pid) if b"pytest" in Path(f"/proc/{c}/cmdline").read_bytes()]
+    (controller,) = [c for c in _children(proc.pid) if b"pytest" in _cmdline(c)]
     workers = _children(controller)
     assert len(workers) == 2
     os.kill(workers[0], signal.SIGKILL)

@@ -34,6 +34,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import statistics
 import sys
 import tempfile
@@ -560,18 +561,13 @@ def _replay(
         results.update()
     except ValueError as e:
         raise BadInput(f"--out {out}: {e}") from None
+    log = out.with_suffix(".pytest.log")
+    sink = _open_log(log)  # before the scratch folder and the progress bar: a refusal is one line
     started = time.time()
     # The child executes a release file (the vllm backend) and runs pytest: confined, in a scratch folder
     # (spec.realcode.executed.confine), which holds the copy of the cases file pytest collects.
     from spec.realcode.executed import confine
 
-    scratch = Path(tempfile.mkdtemp(prefix="mla-conform-run-"))
-    (scratch / "pytest.ini").write_text("[pytest]\n")
-    copy = scratch / "cases.jsonl"
-    shutil.copyfile(cases_path, copy)
-    cmd = _pytest_command(
-        backend, copy, out.resolve(), device, fault, kv_len, full_context, workers, vllm, scratch
-    )
     env = confine.allowed_environment({"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
     from conformance.backends.vllm import DCP_ENV  # the vllm backend reads the DCP switches from here
 
@@ -579,22 +575,29 @@ def _replay(
         env.pop(DCP_ENV[name], None)
         if value:
             env[DCP_ENV[name]] = value
-    log = out.with_suffix(".pytest.log")
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=fmt == "json",
-    ) as progress:
+    with (  # the scratch folder goes on every way out, SIGINT too (after a SIGKILL, confine's watchdog)
+        sink,
+        tempfile.TemporaryDirectory(prefix="mla-conform-run-") as folder,
+        Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=fmt == "json",
+        ) as progress,
+    ):
+        scratch = Path(folder)
+        (scratch / "pytest.ini").write_text("[pytest]\n")
+        copy = scratch / "cases.jsonl"
+        shutil.copyfile(cases_path, copy)
+        cmd = _pytest_command(
+            backend, copy, out.resolve(), device, fault, kv_len, full_context, workers, vllm, scratch
+        )
         task = progress.add_task(backend, total=len(keys), completed=results.done())
         for _ in range(MAX_RESTARTS):
             before = results.update()
-            with (
-                open(log, "a") as sink,
-                confine.Child(cmd, cwd=scratch, env=env, device=device, stdout=sink, stderr=sink) as child,
-            ):
+            with confine.Child(cmd, cwd=scratch, env=env, device=device, stdout=sink, stderr=sink) as child:
                 while child.poll() is None:
                     time.sleep(0.5)
                     progress.update(task, completed=results.update())
@@ -602,12 +605,12 @@ def _replay(
             progress.update(task, completed=done)
             if child.returncode != DEVICE_LOST_EXIT or done == before or done == len(keys):
                 break
-    shutil.rmtree(scratch, ignore_errors=True)
+        sink.seek(max(0, os.fstat(sink.fileno()).st_size - 65536))  # its last line, for a failed child
+        tail = sink.read().strip().splitlines()[-1:] or ["no output"]
     if child.returncode < 0:  # the child was killed: our harness failed, not the cases it had not finished
         _record_errors(cases_path, out, backend, device, fault, results, -child.returncode)
     records = [results.latest[k] for k in order if k in results.latest]
     if child.returncode not in (0, 1, DEVICE_LOST_EXIT) and not records:
-        tail = log.read_text().strip().splitlines()[-1:] or ["no output"]
         raise click.ClickException(f"pytest exited {child.returncode}: {tail[0]} (log: {log})")
     if not no_expect:
         from conformance.expect import judge
@@ -636,6 +639,27 @@ def _replay(
         sys.exit(EXIT_VIOLATED)
     # Every case skipped (a backend that cannot run here): nothing was compared, which is not a pass.
     sys.exit(EXIT_UNKNOWN if records and all(r["status"] == "SKIP" for r in records) else EXIT_OK)
+
+
+def _open_log(log: Path) -> Any:
+    """The pytest child's log beside ``--out``, opened for appending and reading without following a symlink:
+    a link, a folder, a FIFO or a file with another name (a hard link) planted there is refused, since
+    conform writes only files of its own."""
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(log, flags, 0o644)
+    except OSError as e:
+        raise _log_refused(log, "a symlink" if log.is_symlink() else e.strerror or str(e)) from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+        os.close(fd)
+        raise _log_refused(log, "a hard link" if stat.S_ISREG(st.st_mode) else "not a regular file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "a+", errors="replace")
+
+
+def _log_refused(log: Path, what: str) -> BadInput:
+    return BadInput(f"--out: its pytest log {log} is {what}; conform writes only files of its own")
 
 
 def _record_errors(

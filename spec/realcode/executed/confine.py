@@ -31,8 +31,12 @@ starts its child through :class:`Child` or :func:`run`:
   step ends (torch loaded, the release imported, each shape), so
   ``--timeout`` bounds the release's import and each shape, not the whole
   run; only as many beats count as the request has steps, so code that beats
-  in a loop gains nothing.  Commands whose ``--timeout`` bounds the executed
-  code set it with :func:`set_time_limit`.
+  in a loop gains nothing.  The child's start, up to its first beat (an
+  interpreter and torch: our code, none of the release's), may take
+  :data:`START_S` where that is longer: on two loaded cores importing torch
+  alone took more than 5 s (``bind --timeout 5`` then failed "on its start").
+  Commands whose ``--timeout`` bounds the executed code set it with
+  :func:`set_time_limit`.
 * **Process group**: the child starts a session of its own
   (``start_new_session``), so a terminal's SIGINT reaches only mla-spec, which
   then ends the group itself.  Every exit from :func:`run` or a ``with``
@@ -48,7 +52,11 @@ starts its child through :class:`Child` or :func:`run`:
   pytest-xdist worker) has no such request, so each child also has a
   watchdog: a small process of ours (:data:`WATCHDOG`) that reads a pipe
   from mla-spec and, when the pipe closes without a word (mla-spec died, even
-  by SIGKILL), kills the child's whole group.
+  by SIGKILL), kills the child's whole group, then removes the child's
+  scratch folder (the caller's ``with`` block that would have removed it
+  never ends).  Only a folder that :func:`tempfile.mkdtemp` made is removed
+  (:func:`scratch_folder`): one directly in the temporary folder, the
+  user's own, mode 0700; any other working folder is left alone.
 
 The confinement bounds what a release's code can make mla-spec do by accident
 or on purpose through its process (hang, spin, leak the caller's secrets, read
@@ -94,12 +102,15 @@ HEARTBEAT_ENV = "MLA_SPEC_HEARTBEAT_FD"
 PACKAGE_ROOT = Path(__file__).resolve().parents[3]  # the folder that holds spec/, conformance/, mla_model/
 CPU_SECONDS = 12 * 3600  # RLIMIT_CPU per process: far past any run measured (minutes), a stop for a spinner
 DEFAULT_TIME_LIMIT = 1800.0  # seconds a child may stay quiet, where no command set --timeout
+START_S = 120.0  # seconds a child that beats may take to its first beat (torch loaded), at least
 KILL_GRACE_S = 5  # RLIMIT_CPU's hard limit past the soft one (SIGXCPU, then SIGKILL)
 _PR_SET_PDEATHSIG = 1
-# The watchdog (python -I -S -c WATCHDOG PGID): mla-spec holds the write end of its stdin.  A byte means the
-# child ended and its group was killed (exit quietly); end of file without one means mla-spec died: kill it.
+# The watchdog (python -I -S -c WATCHDOG PGID [SCRATCH]): mla-spec holds the write end of its stdin.  A byte
+# means the child ended and its group was killed (exit quietly); end of file without one means mla-spec
+# died: kill the group, wait for it to go, and remove the scratch folder (again while a process of another
+# group sharing it, a DCP rank, still writes there).
 WATCHDOG = """
-import os, signal, sys
+import os, shutil, signal, sys, time
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 word = b''
 try:
@@ -107,10 +118,19 @@ try:
 except OSError:
     pass
 if not word:
-    try:
-        os.killpg(int(sys.argv[1]), signal.SIGKILL)
-    except OSError:
-        pass
+    group = int(sys.argv[1])
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except OSError:
+            break
+        time.sleep(0.05)
+    for _ in range(20):
+        if len(sys.argv) < 3 or not os.path.lexists(sys.argv[2]):
+            break
+        shutil.rmtree(sys.argv[2], ignore_errors=True)
+        time.sleep(0.1)
 """
 
 _time_limit = DEFAULT_TIME_LIMIT
@@ -296,7 +316,7 @@ class Child:
                 os.close(fd)
         self.pid = self.proc.pid
         self.returncode: int | None = None
-        self.watchdog, self._watch_fd = _watchdog(self.pid)
+        self.watchdog, self._watch_fd = _watchdog(self.pid, scratch_folder(cwd))
         self.pidfd: int | None = None  # readable once the child ends (Linux 5.3 on), so no polling delay
         try:
             self.pidfd = os.pidfd_open(self.pid)
@@ -366,14 +386,28 @@ class Child:
             self.kill()
 
 
-def _watchdog(pgid: int) -> tuple[Any, int | None]:
-    """The watchdog of group ``pgid`` (see :data:`WATCHDOG`) and the write end of its pipe."""
+def scratch_folder(cwd: str | Path) -> Path | None:
+    """``cwd`` if :func:`tempfile.mkdtemp` made it (directly in the temporary folder, ours, mode 0700): the
+    scratch folder a watchdog removes once mla-spec died; else None (a folder the caller named stays)."""
+    try:
+        folder = Path(cwd).resolve(strict=True)
+        st = folder.stat()
+    except (OSError, RuntimeError):
+        return None
+    made_by_mkdtemp = st.st_uid == os.getuid() and st.st_mode & 0o777 == 0o700
+    in_tmp = folder.parent == Path(tempfile.gettempdir()).resolve()
+    return folder if made_by_mkdtemp and in_tmp and folder.is_dir() else None
+
+
+def _watchdog(pgid: int, scratch: Path | None) -> tuple[Any, int | None]:
+    """The watchdog of group ``pgid`` and folder ``scratch`` (see :data:`WATCHDOG`) and the write end of its
+    pipe."""
     import subprocess
 
     read_end, write_end = os.pipe()
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", WATCHDOG, str(pgid)],
+            [sys.executable, "-I", "-S", "-c", WATCHDOG, str(pgid), *([str(scratch)] if scratch else [])],
             stdin=read_end,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -410,7 +444,8 @@ def run(
 ) -> Completed:
     """Run ``argv`` confined in ``cwd`` with ``input`` on stdin, for at most ``timeout`` seconds (default
     :func:`time_limit`) per step: each of the child's first ``steps`` beats starts its limit again (later
-    ones do not, so a child that beats in a loop still ends).  Its group is killed either way."""
+    ones do not, so a child that beats in a loop still ends); where it has steps, its start may take
+    :data:`START_S`.  Its group is killed either way."""
     timeout = _time_limit if timeout is None else timeout
     return _run(argv, input, cwd, env, timeout, steps, device)
 
@@ -433,7 +468,7 @@ def _run(
             argv, cwd=cwd, env=env, device=device, stdin=stdin, stdout=stdout, stderr=stderr, heartbeat=True
         ) as child:
             timed_out, beats = False, 0
-            deadline = time.monotonic() + timeout
+            deadline = time.monotonic() + (max(timeout, START_S) if steps else timeout)
             while not child.wait_for_exit(max(0.0, min(0.2, deadline - time.monotonic()))):
                 got = child.drain_beats()
                 if got and beats < steps:
