@@ -8,6 +8,7 @@ the core names the field values that, together, keep the schedule off.
 from __future__ import annotations
 
 from dataclasses import fields, is_dataclass
+from functools import cache
 from types import SimpleNamespace
 from typing import Any
 
@@ -21,7 +22,6 @@ from mla_model.registry import Registry, resolved_kernel
 from mla_model.revisions.base import Revision
 from mla_model.route import HEAD_PADDINGS, HEAD_UNPADS, PATHS
 from mla_model.shape import FIELDS, Q_DTYPES, Shape
-from spec.analyses.cases import term_value
 from spec.proof.invariants import INVARIANTS, Invariant
 from spec.proof.prover import problem
 from spec.proof.terms import (
@@ -60,37 +60,49 @@ GATES = ("use_gluon_decode", "use_gluon_verify", "use_persistent_metadata")
 
 def decision_conditions(revision: Revision, registry: Registry, shape: Shape) -> dict[str, dict[str, Any]]:
     """Each gate's value, the value of every atomic condition in it (found by spec.analyses.cases), and the
-    gate as the and/or tree of those conditions (:func:`condition_tree`)."""
+    gate as the and/or tree of those conditions (:func:`_tree`, each node with its value on ``shape``).
+
+    The gates' conditions and trees are the revision's, not the shape's: they are found once per (revision,
+    registry) (:func:`_gate_structure`) and only their values are computed for each shape."""
     p = problem(revision, registry)
-    out = {}
-    for gate in GATES:
-        term = as_z3(getattr(p.decision.route, gate))
-        conditions = {}
-        for atom in atoms_of(term):
-            fields_read = fields_of(atom)
-            if fields_read:
-                text = describe_atom(atom, fields_read, p.symbolic.variables)
-                conditions[text] = z3.is_true(term_value(atom, shape, p))
-        out[gate] = {
-            "value": z3.is_true(term_value(term, shape, p)),
-            "conditions": conditions,
-            "tree": condition_tree(term, shape, p),
+    pinned = _Pinned(p.symbolic.variables, shape)
+    return {
+        gate: {
+            "value": pinned.holds(term),
+            "conditions": {text: pinned.holds(atom) for text, atom in conditions},
+            "tree": _valued(tree, pinned),
         }
-    return out
+        for gate, (term, conditions, tree) in _gate_structure(revision, registry).items()
+    }
 
 
 _SHOWN_WHOLE = 100  # a condition that is no and/or (a comparison over an if-then-else) shown whole up to this
 
 
-def condition_tree(term: Any, shape: Shape, p: Any) -> dict[str, Any]:
-    """A gate term as its and/or structure, each node with its value on ``shape``: ``{"condition": text,
-    "value"}`` for an atomic condition, ``{"op": "all of" | "any of" | "not" | "depends on", "value",
-    "children"}`` for a junction (nested junctions of one kind flattened; terms that read no field, the
-    revision's constants, left out).  A condition that is no and/or (a comparison over an if-then-else) is one
-    node with its text, or, past :data:`_SHOWN_WHOLE` characters, "depends on" its atomic conditions."""
+@cache
+def _gate_structure(revision: Revision, registry: Registry) -> dict[str, tuple[Any, list[Any], Any]]:
+    """Per gate: its term, its atomic conditions as (text, term), and its tree (:func:`_tree`), without
+    values (cached like spec.proof.prover.problem, whose terms these are)."""
+    p = problem(revision, registry)
+    out = {}
+    for gate in GATES:
+        term = as_z3(getattr(p.decision.route, gate))
+        conditions = []
+        for atom in atoms_of(term):
+            fields_read = fields_of(atom)
+            if fields_read:
+                conditions.append((describe_atom(atom, fields_read, p.symbolic.variables), atom))
+        out[gate] = (term, conditions, _tree(term, p.symbolic.variables))
+    return out
 
-    def value(t: Any) -> bool:
-        return z3.is_true(term_value(t, shape, p))
+
+def _tree(term: Any, variables: dict[str, Any]) -> tuple[Any, ...]:
+    """A gate term as its and/or structure, without values: ``("condition", text, term)`` for an atomic
+    condition, ``(op, term, children)`` with op "all of" | "any of" | "not" | "depends on" for a junction
+    (nested junctions of one kind flattened; terms that read no field, the revision's constants, left out),
+    ``("constant", term)`` for a gate that reads no field.  A condition that is no and/or (a comparison over
+    an if-then-else) is one node with its text, or, past :data:`_SHOWN_WHOLE` characters, "depends on" its
+    atomic conditions.  :func:`_valued` gives it the values of one shape."""
 
     def flat(t: Any, kind: Any) -> list[Any]:
         out = []
@@ -98,7 +110,7 @@ def condition_tree(term: Any, shape: Shape, p: Any) -> dict[str, Any]:
             out.extend(flat(k, kind) if z3.is_app_of(k, kind) and not is_membership(k) else [k])
         return out
 
-    def node(t: Any) -> dict[str, Any] | None:
+    def node(t: Any) -> tuple[Any, ...] | None:
         if not fields_of(t):
             return None
         if (z3.is_and(t) or z3.is_or(t)) and not is_membership(t):
@@ -106,18 +118,47 @@ def condition_tree(term: Any, shape: Shape, p: Any) -> dict[str, Any]:
             kids = [n for n in map(node, flat(t, kind)) if n is not None]
             if len(kids) == 1:
                 return kids[0]
-            return {"op": "all of" if z3.is_and(t) else "any of", "value": value(t), "children": kids}
+            return ("all of" if z3.is_and(t) else "any of", t, kids)
         if z3.is_not(t) and (z3.is_and(t.arg(0)) or z3.is_or(t.arg(0))) and not is_membership(t.arg(0)):
             inner = node(t.arg(0))
-            return None if inner is None else {"op": "not", "value": value(t), "children": [inner]}
-        text = describe_atom(t, fields_of(t), p.symbolic.variables)
+            return None if inner is None else ("not", t, [inner])
+        text = describe_atom(t, fields_of(t), variables)
         atoms = atoms_of(t)
         if len(text) <= _SHOWN_WHOLE or len(atoms) <= 1:
-            return {"condition": text, "value": value(t)}
-        kids = [n for n in map(node, atoms) if n is not None]
-        return {"op": "depends on", "value": value(t), "children": kids}
+            return ("condition", text, t)
+        return ("depends on", t, [n for n in map(node, atoms) if n is not None])
 
-    return node(term) or {"condition": "always" if value(term) else "never", "value": value(term)}
+    found = node(term)
+    return found if found is not None else ("constant", term)
+
+
+class _Pinned:
+    """Terms' values on one concrete shape: z3.substitute of the shape's pins and simplify, with the pins'
+    arrays built once for all the terms (z3.substitute checks and converts every pin on every call, which
+    was most of an explanation's time)."""
+
+    def __init__(self, variables: dict[str, Any], shape: Shape) -> None:
+        # kept alive: src and dst hold their ASTs without a reference count of their own
+        self.pins = [(var, value) for _, var, value in shape_pins(variables, shape)]
+        self.ctx, self.n = self.pins[0][0].ctx, len(self.pins)
+        self.src = (z3.Ast * self.n)(*[var.as_ast() for var, _ in self.pins])
+        self.dst = (z3.Ast * self.n)(*[value.as_ast() for _, value in self.pins])
+
+    def holds(self, term: Any) -> bool:
+        ast = z3.Z3_substitute(self.ctx.ref(), term.as_ast(), self.n, self.src, self.dst)
+        return z3.is_true(z3.simplify(z3.ExprRef(ast, self.ctx)))
+
+
+def _valued(tree: tuple[Any, ...], pinned: _Pinned) -> dict[str, Any]:
+    """A tree of :func:`_tree` with each node's value on the pinned shape: ``{"condition": text, "value"}``
+    ("always"/"never" for a constant gate), ``{"op", "value", "children"}`` for a junction."""
+    if tree[0] == "constant":
+        value = pinned.holds(tree[1])
+        return {"condition": "always" if value else "never", "value": value}
+    if tree[0] == "condition":
+        return {"condition": tree[1], "value": pinned.holds(tree[2])}
+    op, term, kids = tree
+    return {"op": op, "value": pinned.holds(term), "children": [_valued(k, pinned) for k in kids]}
 
 
 def explain(revision: Revision, registry: Registry, shape: Shape) -> dict[str, Any]:

@@ -342,7 +342,7 @@ def _yes_no(value: bool) -> str:
 
 
 def condition_lines(node: dict, console: Console, indent: str = "    ") -> None:
-    """A gate's and/or tree (spec.analyses.explain.condition_tree), one node a line, each with its value."""
+    """A gate's and/or tree (spec.analyses.explain.decision_conditions), a node a line with its value."""
     if "condition" in node:
         console.print(f"{indent}{_yes_no(node['value'])} {escape(node['condition'])}", soft_wrap=True)
         return
