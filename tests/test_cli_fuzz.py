@@ -682,7 +682,10 @@ def fakes(world: World) -> Any:
         mp.setattr(
             conform_cli,
             "tempfile",
-            types.SimpleNamespace(mkdtemp=lambda prefix="": tempfile.mkdtemp(prefix=prefix, dir=scratch)),
+            types.SimpleNamespace(
+                mkdtemp=lambda prefix="": tempfile.mkdtemp(prefix=prefix, dir=scratch),
+                TemporaryDirectory=lambda prefix="": tempfile.TemporaryDirectory(prefix=prefix, dir=scratch),
+            ),
         )
         yield FAKES
     for target, value in fake.items():  # the next module's tests see the real library again
