@@ -292,7 +292,7 @@ class Fakes:
 
         raise SourceError(f"could not fetch vLLM {version} from PyPI: offline (the fuzz downloads nothing)")
 
-    def real_revision(self, spec: str, lifting: bool = True) -> Any:
+    def real_revision(self, spec: str, lifting: bool = True, tree: Path | None = None) -> Any:
         from mla_model.revisions import REVISIONS
 
         label, model = self.source(spec)
@@ -634,6 +634,7 @@ PRELOAD = (
     "spec.analyses.mutants",
     "spec.analyses.mutation",
     "spec.proof.check_all",
+    "spec.realcode.baseline",  # imports check_all by name: loaded before the fakes, so it keeps the real one
     "spec.realcode.bind",
     "spec.realcode.executed.differential",
     "spec.realcode.executed.harness",

@@ -27,8 +27,9 @@ from spec.proof.classes import Baseline, BaselineResult
 from spec.proof.invariants import INVARIANT_BY_ID
 from spec.proof.verdict import UNKNOWN
 from spec.realcode import cache_io
+from spec.realcode import revision as real_code
 from spec.realcode.release_of import release_of
-from spec.realcode.revision import real_revision, threshold_origin
+from spec.realcode.revision import threshold_origin
 from spec.realcode.source import cache_dir, resolve, tree_of
 
 _ROOT = Path(__file__).resolve().parents[2]  # the folder holding mla_model/ and spec/
@@ -80,7 +81,7 @@ def baseline_classes(choice: Choice, timeout: float) -> Baseline:
     if cached is not None:
         return Baseline.from_json(cached, base.label, choice.how)
     cache_io.ensure_writable(entry.parent)  # before the proof, not after
-    revision = real_revision(choice.spec, tree=choice.baseline_tree)
+    revision = real_code.real_revision(choice.spec, tree=choice.baseline_tree)  # read at call time
     results = check_all([revision], REGISTRY_IDS, list(INVARIANT_BY_ID), None, timeout)
     baseline = Baseline(
         base.label, choice.how, {(r.registry, r.invariant): BaselineResult.of(r) for r in results}
