@@ -76,7 +76,13 @@ def _shim(module: Path, release: str) -> tuple[set[str], int]:
         timeout=600,
     )
     assert r.returncode in (0, 1), r.stdout[-3000:] + r.stderr[-3000:]
-    failed = {line.split("::", 1)[1].strip() for line in r.stdout.splitlines() if line.startswith("FAILED")}
+    # ``FAILED path::test_x[case]``, followed by `` - message`` where the terminal is wide enough or
+    # pytest sees a CI environment (``CI`` set: it then never truncates the summary line).
+    failed = {
+        line.split("::", 1)[1].split(" - ", 1)[0].strip()
+        for line in r.stdout.splitlines()
+        if line.startswith("FAILED")
+    }
     summary = r.stdout.strip().splitlines()[-1]
     passed = int(summary.split(" passed")[0].split()[-1]) if " passed" in summary else 0
     assert (r.returncode == 1) == bool(failed), summary
