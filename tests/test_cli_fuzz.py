@@ -358,8 +358,8 @@ class Fakes:
 
     def bind(
         self, spec: str, model_id: str | None = None, symbolic: bool = True, timeout_ms: int | None = None
-    ) -> tuple[str, str, list[Any]]:
-        from spec.realcode.bind import Comparison, default_model
+    ) -> Any:
+        from spec.realcode.bind import Bound, Comparison, default_model
 
         label, _ = self.source(spec)
         model_id = model_id or default_model(label)
@@ -394,7 +394,7 @@ class Fakes:
                     reason="lifting unsupported: a while loop (line 412)" if how == "unsupported" else "",
                 ),
             )
-        return label, model_id, rows
+        return Bound(label, model_id, "the model of the release", rows)
 
     def executed_comparison(self, spec: str, model_id: str, count: int = 2000, **_: Any) -> Any:
         label, _model = self.source(spec)

@@ -150,12 +150,14 @@ def test_a_release_path_with_markup_in_it_is_printed_as_it_is(monkeypatch, comma
 
 def test_bind_titles_a_release_path_with_markup_in_it(monkeypatch):
     import spec.realcode.bind
-    from spec.realcode.bind import Comparison
+    from spec.realcode.bind import Bound, Comparison
 
     label = "/trees/[/bold]/rocm_aiter_mla.py"
     rows = [Comparison("use_gluon_decode", "bounded", "EQUIVALENT", 16, 0.1)]
     monkeypatch.setattr(
-        spec.realcode.bind, "bind", lambda spec, model, symbolic, timeout_ms: (label, "vllm-0.28", rows)
+        spec.realcode.bind,
+        "bind",
+        lambda spec, model, symbolic, timeout_ms: Bound(label, "vllm-0.28", "given", rows),
     )
     out = run("bind", "--vllm", label, "--shapes", "0")
     assert out.returncode == 0 and label in out.stdout, out.stderr

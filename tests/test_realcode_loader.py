@@ -40,7 +40,8 @@ def test_stale_lru_cache_never_leaks_between_arches():
 
 
 def test_mini_file_is_equivalent_to_the_0_28_model_symbolically_and_bounded():
-    label, model, rows = bind(str(MINI), "vllm-0.28")
+    bound = bind(str(MINI), "vllm-0.28")
+    model, rows = bound.model_id, bound.rows
     assert model == "vllm-0.28"
     assert {r.function: r.verdict for r in rows if r.method == "symbolic"} == {
         name: "EQUIVALENT"
@@ -63,7 +64,7 @@ def test_mini_file_is_equivalent_to_the_0_28_model_symbolically_and_bounded():
 
 
 def test_bind_reports_the_first_differing_shape_against_the_wrong_model():
-    _, _, rows = bind(str(MINI), "vllm-0.27")
+    rows = bind(str(MINI), "vllm-0.27").rows
     decode = next(r for r in rows if r.method == "symbolic" and r.function == "use_gluon_decode")
     assert decode.verdict == "DIFFERENT"
     d = decode.differences[0]

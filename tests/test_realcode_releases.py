@@ -43,7 +43,7 @@ def test_0_28_0_real_code_proves_both_absent():
     "release, model", [("0.27.1", "vllm-0.27"), ("0.28.0", "vllm-0.28"), ("0.34.0", "vllm-0.34")]
 )
 def test_model_revisions_are_equivalent_to_the_real_predicates(release, model):
-    label, model_id, rows = bind(release, model, symbolic=True)
+    rows = bind(release, model, symbolic=True).rows
     symbolic = [r for r in rows if r.method == "symbolic"]
     assert symbolic and all(r.verdict == "EQUIVALENT" for r in symbolic), [r.to_json() for r in symbolic]
     # Every point of each predicate's box too (0.27.1 has no use_gluon_verify to compare).
@@ -69,3 +69,36 @@ def test_a_release_has_one_spelling_everywhere():
     from spec.realcode.source import resolve
 
     assert resolve("vllm==0.28.0").label == resolve("0.28.0").label == "vllm==0.28.0"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["relative", "absolute", "lone copy"])
+def test_bind_on_the_unedited_0_34_0_file_by_path_picks_its_model_and_finds_it_equivalent(where, tmp_path):
+    """By a relative path (from the tree's root), an absolute one, or a copy outside any vLLM tree: bind
+    takes vllm-0.34 without --revision (from the tree's PKG-INFO, or for the copy the release whose file it
+    is, whose tree gives the threshold) and finds every function EQUIVALENT, 0 executed disagreements."""
+    import json
+    import shutil
+
+    from spec.realcode.source import RELATIVE_PATH, release_tree
+
+    tree = release_tree("0.34.0")
+    path, cwd = {
+        "relative": (str(RELATIVE_PATH), tree),
+        "absolute": (str(tree / RELATIVE_PATH), tmp_path),
+        "lone copy": ("rocm_aiter_mla.py", tmp_path),
+    }[where]
+    if where == "lone copy":
+        shutil.copy(tree / RELATIVE_PATH, tmp_path / path)
+    out = subprocess.run(
+        [sys.executable, "-m", "conformance", "bind", "--vllm", path, "--shapes", "100", "--format", "json"],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr
+    result = json.loads(out.stdout)
+    assert result["revision"] == "vllm-0.34", result["revision_chosen_as"]
+    assert {f["verdict"] for f in result["functions"]} == {"EQUIVALENT"}
+    assert result["executed"]["disagreements"] == [] and result["executed"]["shapes"] > 100

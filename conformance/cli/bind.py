@@ -20,7 +20,8 @@ EXAMPLES = """\b
 Examples:
   mla-spec bind --vllm 0.34.0
   mla-spec bind --vllm 0.33.0 --shapes 50
-  mla-spec bind --vllm ./rocm_aiter_mla.py --revision vllm-0.34 --shapes 0
+  mla-spec bind --vllm ./rocm_aiter_mla.py --shapes 0
+  mla-spec bind --vllm ./rocm_aiter_mla.py --revision vllm-0.34
 """
 
 
@@ -51,8 +52,9 @@ def bind_command(spec, revision, fmt, no_symbolic, count, timeout) -> None:
     from spec.realcode.source import SourceError
 
     try:
-        label, model_id, rows = bind(spec, revision, symbolic=not no_symbolic, timeout_ms=int(timeout * 1000))
-        executed = executed_comparison(spec, model_id, count) if count else None
+        bound = bind(spec, revision, symbolic=not no_symbolic, timeout_ms=int(timeout * 1000))
+        label, model_id, why, rows = bound.label, bound.model_id, bound.why, bound.rows
+        executed = executed_comparison(spec, model_id, count, tree=bound.tree) if count else None
     except (SourceError, ValueError, HarnessError) as e:
         raise BadInput(str(e)) from None
     if fmt == "json":
@@ -61,6 +63,7 @@ def bind_command(spec, revision, fmt, no_symbolic, count, timeout) -> None:
                 {
                     "release": label,
                     "revision": model_id,
+                    "revision_chosen_as": why,
                     "functions": [r.to_json() for r in rows],
                     "executed": executed.to_json() if executed else None,
                 },
@@ -83,6 +86,7 @@ def bind_command(spec, revision, fmt, no_symbolic, count, timeout) -> None:
                 f"{r.seconds:.2f}",
             )
         console.print(table)
+        console.print(f"The model revision {model_id}: {escape(why)}.", soft_wrap=True)
         for r in rows:
             if r.reason:
                 console.print(f"{r.function} ({r.method}): {r.reason}")

@@ -22,6 +22,7 @@ import time
 import types
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -45,8 +46,8 @@ from mla_model.shape import (
 from spec.proof.prover import MINIMISE_ORDER, canonical_model, minimise_in_order, problem
 from spec.proof.terms import as_z3
 from spec.realcode import sandbox
-from spec.realcode.revision import RealGates, real_revision
-from spec.realcode.source import resolve
+from spec.realcode.revision import RealGates, real_revision, threshold_origin
+from spec.realcode.source import Source, release_tree, resolve, tree_of
 from spec.realcode.symexec import LiftingUnsupported
 
 # Release -> the model revision that claims to describe it.
@@ -338,10 +339,16 @@ def bounded_comparison(gates: RealGates, model_id: str, max_differences: int = 3
 
 
 def executed_comparison(
-    spec: str, model_id: str, count: int = 2000, seed: int = 0, registry_id: str = "aiter-0.1.20"
+    spec: str,
+    model_id: str,
+    count: int = 2000,
+    seed: int = 0,
+    registry_id: str = "aiter-0.1.20",
+    tree: Path | None = None,
 ) -> Any:
     """The executed differential: the release's real decode path run on the model revision's solver-found
-    cases and ``count`` seeded random valid shapes, every routing fact compared (spec.realcode.executed)."""
+    cases and ``count`` seeded random valid shapes, every routing fact compared (spec.realcode.executed).
+    ``tree``: the vLLM tree a file that sits in none is run in (:attr:`Bound.tree`)."""
     from spec.analyses.cases import generate
     from spec.realcode.executed.differential import differential, random_shapes
     from spec.realcode.executed.harness import release_code
@@ -349,25 +356,66 @@ def executed_comparison(
     model = get_revision(model_id)
     reg = load_registry(registry_id)
     shapes = [c.shape for c in generate(model_id, registry_id)] + random_shapes(model, reg, count, seed)
-    return differential(release_code(spec), model, shapes, registry_id)
+    return differential(release_code(spec, tree), model, shapes, registry_id)
 
 
 def bind(
     spec: str, model_id: str | None = None, symbolic: bool = True, timeout_ms: int | None = None
-) -> tuple[str, str, list[Comparison]]:
-    """The bounded and (unless ``symbolic`` is off) symbolic comparison of a release with a model revision;
-    ``timeout_ms`` bounds each solver call and each run of the real code (a runaway is UNKNOWN)."""
+) -> Bound:
+    """The bounded and (unless ``symbolic`` is off)
+    symbolic comparison of a release with a model revision; ``timeout_ms`` bounds each solver call and each
+    run of the real code (a runaway is UNKNOWN).
+
+    Without ``model_id``, a release is compared with the revision that models it, a file with the one that
+    models the release it comes from (:func:`spec.realcode.release_of.release_of`: its tree's stated
+    version, else the closest by content).  A file that sits in no vLLM tree reads its
+    reorder_batch_threshold and environment defaults from that release's tree, as ``check`` does
+    (:func:`spec.realcode.revision.real_revision`'s ``tree``: that tree's builder gives the threshold), and
+    ``why`` names the stand-in; ``tree`` is that tree, in which :func:`executed_comparison` runs the file
+    (confined, as bind runs any file it executes)."""
     if timeout_ms is not None:
         sandbox.set_call_limit(timeout_ms / 1000)
     source = resolve(spec)
-    gates = RealGates(source)  # refuses a file that is not a loadable backend before anything else
-    model_id = model_id or default_model(source.label)
-    if model_id is None:
-        raise ValueError(f"no model revision is known for {source.label}; pass --revision")
+    RealGates(source)  # refuses a file that is not a loadable backend before anything else
+    release, why = origin_of_source(source)
+    if model_id is not None:
+        why = "given with --revision"
+    else:
+        model_id = default_model(release)
+        if model_id is None:
+            raise ValueError(f"no model revision is known for {source.label} ({why}); pass --revision")
+        why = f"the model of {release}, {why}"
+    tree = None
+    if not source.label.startswith("vllm==") and tree_of(source.path) is None:
+        tree = release_tree(release)
+        why += f"; reorder_batch_threshold {threshold_origin(spec, tree)}"
+    gates = RealGates(source, tree=tree)
     rows = bounded_comparison(gates, model_id)
     if symbolic:
-        rows = symbolic_comparison(real_revision(spec), get_revision(model_id), timeout_ms=timeout_ms) + rows
-    return source.label, model_id, rows
+        real = real_revision(spec, tree=tree)
+        rows = symbolic_comparison(real, get_revision(model_id), timeout_ms=timeout_ms) + rows
+    return Bound(source.label, model_id, why, rows, tree)
+
+
+@dataclass(frozen=True)
+class Bound:
+    """What :func:`bind` compared and found."""
+
+    label: str  # the release ("vllm==0.34.0") or the path as given
+    model_id: str  # the model revision compared with
+    why: str  # why that revision, and the tree standing in for a lone file's
+    rows: list[Comparison]
+    tree: Path | None = None  # the release tree standing in for the one a lone file sits in
+
+
+def origin_of_source(source: Source) -> tuple[str, str]:
+    """The release a release's or a file's source is (or comes from), and how that is known."""
+    if source.label.startswith("vllm=="):
+        return source.label.removeprefix("vllm=="), "the release given"
+    from spec.realcode.release_of import release_of
+
+    origin = release_of(source.path, source.text)
+    return origin.release, f"the release the file comes from ({origin.how})"
 
 
 def executed_for_releases(releases: Iterable[str], count: int) -> dict[str, Any]:
