@@ -54,6 +54,10 @@ ALLOWED_SEEN = {
     "CUDA_VISIBLE_DEVICES",
     "HIP_VISIBLE_DEVICES",
     "ROCR_VISIBLE_DEVICES",
+    # set by the harness itself (harness.child_env), never taken from the caller: torch asks NVML, not
+    # CUDA, whether a GPU is there; bytecode goes to mla-spec's cache where torch's site has none
+    "PYTORCH_NVML_BASED_CUDA_CHECK",
+    "PYTHONPYCACHEPREFIX",
 }
 
 
