@@ -356,6 +356,8 @@ def executed_comparison(
     model = get_revision(model_id)
     reg = load_registry(registry_id)
     shapes = [c.shape for c in generate(model_id, registry_id)] + random_shapes(model, reg, count, seed)
+    if Path(spec).exists():  # the child runs in a scratch folder, where a relative path names nothing
+        spec = str(Path(spec).absolute())
     return differential(release_code(spec, tree), model, shapes, registry_id)
 
 

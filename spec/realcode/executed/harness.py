@@ -68,12 +68,12 @@ def release_code(spec: str, tree: str | Path | None = None) -> ReleaseCode:
     if version is not None:
         release_root = release_tree(version)
         return ReleaseCode(f"vllm=={version}", release_root / RELATIVE_PATH, release_root)
-    p = Path(spec).absolute()  # the child runs in a scratch folder: a relative path would name nothing there
+    p = Path(spec)
     if p.is_dir():
         p = p / RELATIVE_PATH
     if not p.is_file():
         raise SourceError(f"{spec}: no such file, directory or vLLM release")
-    root = Path(tree).absolute() if tree is not None else tree_of(p)
+    root = Path(tree) if tree is not None else tree_of(p)
     if root is None:
         raise SourceError(
             f"{spec}: executing the release needs the vLLM tree around the file (a vllm/ package "
