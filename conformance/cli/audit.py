@@ -19,6 +19,7 @@ from rich.table import Table
 
 from conformance.cli.errors import EXIT_VIOLATED, BadInput, exit_for_checks, exit_for_expectations
 from conformance.cli.options import (
+    RELEASE_PREFIX,
     invariant_option,
     load_revision,
     max_classes_option,
@@ -26,6 +27,7 @@ from conformance.cli.options import (
     timeout_option,
 )
 from conformance.cli.render.text import executed_cell, short_verdict
+from mla_model.revisions import REVISIONS
 from spec.proof.check_all import check_all
 from spec.proof.invariants import INVARIANT_BY_ID
 
@@ -93,11 +95,16 @@ def audit_command(
     if no_expect and manifest_path is not None:
         raise BadInput("--expect and --no-expect contradict each other; give one")
     manifest = None if no_expect else read_manifest(manifest_path or BUNDLED)
-    targets = [load_revision(r) for r in releases]
+    judged_as = _judged_as(releases)
+    targets = [load_revision(r, judged_as[r][3] if r in judged_as else None) for r in releases]
     results = check_all(
         targets, registries or ("aiter-0.1.20",), invariants or list(INVARIANT_BY_ID), max_classes, timeout
     )
-    outcomes = None if manifest is None else compare(results, manifest)
+    outcomes = (
+        None
+        if manifest is None
+        else compare(results, manifest, {label: v for label, v, _, _ in judged_as.values()})
+    )
     surprises = [o for o in outcomes or [] if o.surprise]
     executed = _executed(releases, count) if count else {}
     disagree = any(e is not None and e.disagreements for e in executed.values())
@@ -113,6 +120,7 @@ def audit_command(
                         if outcomes is None
                         else {
                             "as_expected": not surprises,
+                            "judged_as": {label: release for label, release, _, _ in judged_as.values()},
                             "surprises": [
                                 {
                                     "revision": o.result.revision,
@@ -130,6 +138,9 @@ def audit_command(
         )
     else:
         _table(results, executed)
+        if manifest is not None:
+            for target, release, how, _ in judged_as.values():
+                click.echo(f"{target} is held to the manifest's rows of {release}: {how}")
         for o in surprises:
             click.echo(
                 f"! surprise: {o.result.invariant} is {o.result.verdict} on {o.result.revision} "
@@ -141,6 +152,30 @@ def audit_command(
     if outcomes is None:
         exit_for_checks(results)
     exit_for_expectations(outcomes)
+
+
+def _judged_as(releases: tuple[str, ...]) -> dict[str, tuple[str, str, str, Path | None]]:
+    """For each file among the targets: the label its column has, the release whose
+    manifest rows it is held to, the one it comes from (spec.realcode.release_of), how that is known, and
+    that release's tree where the file sits in none (its threshold and envs defaults, as check and bind
+    read them).  A target that names nothing is left to load_revision's error."""
+    from spec.realcode.bind import origin_of_source, stand_in_tree
+    from spec.realcode.source import SourceError, is_release, resolve
+
+    out = {}
+    for spec in releases:
+        if spec in REVISIONS or spec.startswith(RELEASE_PREFIX) or is_release(spec):
+            continue
+        try:
+            source = resolve(spec)
+        except SourceError:
+            continue
+        try:
+            release, how = origin_of_source(source)
+        except SourceError as e:
+            raise BadInput(str(e)) from None
+        out[spec] = (source.label, f"vllm=={release}", how, stand_in_tree(source, release))
+    return out
 
 
 def _executed(releases: tuple[str, ...], count: int) -> dict[str, Any]:

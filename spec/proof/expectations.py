@@ -159,8 +159,17 @@ def load_manifest(path: Path = BUNDLED) -> Manifest:
         raise ManifestError(f"{path}: {e}") from None
 
 
-def compare(results: Iterable[CheckResult], manifest: Manifest) -> list[Outcome]:
-    """Each result with its expectation, in the results' order."""
+def compare(
+    results: Iterable[CheckResult], manifest: Manifest, judged_as: dict[str, str] | None = None
+) -> list[Outcome]:
+    """Each result with its expectation, in the results' order.  ``judged_as`` maps a target (a file's
+    path) to the revision or release whose rows it is held to (the release the file comes from)."""
+    alias = judged_as or {}
     return [
-        Outcome(r, manifest.expectation(r.revision, r.registry, r.invariant), manifest.label) for r in results
+        Outcome(
+            r,
+            manifest.expectation(alias.get(r.revision, r.revision), r.registry, r.invariant),
+            manifest.label,
+        )
+        for r in results
     ]

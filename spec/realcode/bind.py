@@ -387,9 +387,8 @@ def bind(
         if model_id is None:
             raise ValueError(f"no model revision is known for {source.label} ({why}); pass --revision")
         why = f"the model of {release}, {why}"
-    tree = None
-    if not source.label.startswith("vllm==") and tree_of(source.path) is None:
-        tree = release_tree(release)
+    tree = stand_in_tree(source, release)
+    if tree is not None:
         why += f"; reorder_batch_threshold {threshold_origin(spec, tree)}"
     gates = RealGates(source, tree=tree)
     rows = bounded_comparison(gates, model_id)
@@ -410,6 +409,12 @@ class Bound:
     tree: Path | None = None  # the release tree standing in for the one a lone file sits in
 
 
+def stand_in_tree(source: Source, release: str) -> Path | None:
+    """The tree of ``release`` (the one ``source`` comes from), where ``source`` is a file in no vLLM tree."""
+    lone = not source.label.startswith("vllm==") and tree_of(source.path) is None
+    return release_tree(release) if lone else None
+
+
 def origin_of_source(source: Source) -> tuple[str, str]:
     """The release a release's or a file's source is (or comes from), and how that is known."""
     if source.label.startswith("vllm=="):
@@ -422,13 +427,17 @@ def origin_of_source(source: Source) -> tuple[str, str]:
 
 def executed_for_releases(releases: Iterable[str], count: int) -> dict[str, Any]:
     """Each release's executed differential against the model revision that describes it (None: no model),
-    keyed by the label check gives the release's column.  Raises SourceError / HarnessError."""
+    keyed by the label check gives the release's column; a file's, against the model of the release it comes
+    from (:func:`origin_of_source`).  Raises SourceError / HarnessError."""
     from spec.realcode.source import release_version
 
     out: dict[str, Any] = {}
     for spec in releases:
         version = release_version(spec)
         label = f"vllm=={version}" if version else spec  # as check labels the release's column
-        model = default_model(label)
-        out[label] = executed_comparison(spec, model, count) if model else None
+        source = resolve(spec)
+        release, _ = origin_of_source(source)  # a file: the release it comes from
+        model = default_model(release)
+        tree = stand_in_tree(source, release)
+        out[label] = executed_comparison(spec, model, count, tree=tree) if model else None
     return out
