@@ -8,10 +8,12 @@ import pytest
 from click.testing import CliRunner
 
 from conformance.cli import main
+from tests.params import regular_and_slow
 
 pytestmark = pytest.mark.network
 
 
+@pytest.mark.slow
 def test_audit_reports_the_executed_differential_per_release():
     out = CliRunner().invoke(
         main,
@@ -35,7 +37,10 @@ def test_audit_reports_the_executed_differential_per_release():
         assert result["shapes"] >= 300 and result["disagreements"] == []
 
 
-@pytest.mark.parametrize("where", ["in its tree, by a relative path", "a lone copy"])
+@pytest.mark.parametrize(
+    "where",
+    regular_and_slow(["in its tree, by a relative path", "a lone copy"], "in its tree, by a relative path"),
+)
 def test_audit_holds_a_file_to_the_release_it_comes_from(where, tmp_path, monkeypatch):
     """A file is judged by the manifest rows of the release it comes from and executed against that
     release's model: the unedited 0.34.0 file, in its tree or alone, is 0.34.0 (head-padding-round-trips

@@ -498,3 +498,18 @@ def test_check_of_a_tree_ends_in_one_line_when_its_thresholds_cannot_be_cached(t
     source_ = source.Source(str(tree / RELATIVE_PATH), tree / RELATIVE_PATH, GATE)
     with pytest.raises(CacheError, match=r"^the cache folder /proc/nope/mla-spec/thresholds is not writ"):
         revision._threshold(source_)  # noqa: PLC2701
+
+
+@pytest.mark.slow  # not in the README's command: the stress run runs that command before it writes the record
+def test_the_cold_cache_record_on_the_benchmarks_page_is_the_scripts_rendering_and_passed():
+    """docs/reference/benchmarks.md's cold-cache part is ``render`` of the stored record, which passed."""
+    from benchmarks import cold_cache_stress as stress
+
+    record = json.loads(stress.RECORD.read_text())
+    part = stress.SECTION.search(stress.PAGE.read_text())
+    assert part, "no cold-cache markers in docs/reference/benchmarks.md"
+    assert part.group(0) == part.group(1) + stress.render(record) + part.group(2), (
+        "the cold-cache part differs from its record: run python -m benchmarks.cold_cache_stress --write"
+    )
+    assert record["passed"] and len(record["runs"]) >= 3 and record["fetcher"]["exit"] == 0
+    assert all(r["exit"] == 0 for r in record["runs"]) and record["runs"][0]["fetcher_running_at_start"]

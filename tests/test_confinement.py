@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.params import regular_and_slow
+
 pytestmark = pytest.mark.network  # the 0.28.0 release tree, copied and edited
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,6 +28,7 @@ RELEASE_FILE = Path("vllm/v1/attention/backends/mla/rocm_aiter_mla.py")
 # subprocess and a forked process, then loop for ever.
 PROBE = """
 import json as _j, os as _o, resource as _r, subprocess as _s, sys as _y, time as _t
+from tests.params import regular_and_slow
 _out = _o.environ.get("MLA_SPEC_TEST_PROBE")
 if _out:
     _s.Popen([_y.executable, "-c", "import time\\nwhile True: time.sleep(0.2)"])
@@ -165,7 +168,10 @@ def test_a_module_level_loop_ends_at_the_timeout_with_one_line_and_nothing_left(
     assert not _ours(token)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
+@pytest.mark.parametrize(
+    "sig",
+    regular_and_slow([signal.SIGINT, signal.SIGTERM, signal.SIGKILL], signal.SIGKILL, ids=lambda s: s.name),
+)
 def test_nothing_of_the_run_outlives_a_signal_to_mla_spec_alone(looping_tree, tmp_path, sig):
     """No process of the run, and not the child's scratch folder (was: left behind after SIGKILL and
     SIGTERM, the ``with`` block that removes it never ending)."""

@@ -34,6 +34,7 @@ from mla_model.emulation import (
 from mla_model.failures import first_failure
 from mla_model.registry import load_registry
 from mla_model.revisions import get_revision
+from tests.params import regular_and_slow
 
 ROOT = Path(__file__).resolve().parent
 CASES = [
@@ -107,7 +108,7 @@ def test_fp8_on_gluon_with_a_hard_coded_scale_is_caught_without_injection(baseli
     )
 
 
-@pytest.mark.parametrize("fault", list(FAULTS))
+@pytest.mark.parametrize("fault", regular_and_slow(FAULTS, "fp8-read-as-bf16", "metadata-short-qlen"))
 def test_every_fault_is_flagged_on_every_case_it_touches(fault, baseline):
     model = load_backend("model")
     touched = [c for c in CASES if fault_touches(fault, _decision(c)) and baseline[id(c)]["status"] == "PASS"]

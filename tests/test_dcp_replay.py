@@ -18,6 +18,7 @@ from conformance.backends import vllm_replay
 from conformance.cli.conform import conform_command
 from conformance.dcp_replay import execute
 from mla_model.shape import Shape
+from tests.params import regular_and_slow
 
 RELEASE = "0.34.0"
 # 0.34.0 routes a gfx950 bf16 MTP verify of 2 tokens under DCP to AITER's segmented MLA; 16-token pages over
@@ -79,7 +80,7 @@ def test_segment_partials_reduce_to_the_whole_row():
 
 
 @pytest.mark.network
-@pytest.mark.parametrize("dcp", [2, 4])
+@pytest.mark.parametrize("dcp", regular_and_slow([2, 4], 2, ids=str))
 def test_segmented_simulated_ranks_pass(dcp):
     """The stand-in's segment partials, the release's merge_mla_segments_triton, then its DCP merge."""
     (row,) = _run([Shape(dcp_world_size=dcp, **SEGMENTED)], dcp_ranks="simulated", **PAGED)
@@ -102,7 +103,7 @@ def test_segmented_dropped_lse_is_a_mismatch():
 
 
 @pytest.mark.network
-@pytest.mark.parametrize("dcp", [2, 4, 8])
+@pytest.mark.parametrize("dcp", regular_and_slow([2, 4, 8], 2, ids=str))
 def test_simulated_ranks_pass(dcp):
     (row,) = _run([Shape(dcp_world_size=dcp)], dcp_ranks="simulated")
     assert row["dcp_routes"] == ["PLAIN"]
@@ -112,6 +113,7 @@ def test_simulated_ranks_pass(dcp):
 
 
 @pytest.mark.network
+@pytest.mark.slow
 def test_simulated_dropped_lse_is_a_mismatch():
     clean, cprr = (
         Shape(dcp_world_size=2),

@@ -230,6 +230,7 @@ def _key(route) -> tuple:
     return route.path, route.kernel, route.metadata
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("old, new", [("vllm-0.27", "vllm-0.28"), ("main-pre-51011", "vllm-0.28")])
 def test_each_region_counts_exactly_the_shapes_brute_force_finds_changing_that_way(old, new):
     reg = load_registry(REGISTRY)

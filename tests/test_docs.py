@@ -5,6 +5,8 @@ from __future__ import annotations
 import difflib
 import re
 
+import pytest
+
 from conformance import docgen
 from spec.proof.verdict import VIOLATED
 
@@ -12,6 +14,7 @@ LINK = re.compile(r"!?\[(?:[^\]\[]|\[[^\]]*\])*\]\(([^)\s]+)\)")
 PAGES = sorted(docgen.DOCS.glob("**/*.md")) + [docgen.REPO / "README.md"]
 
 
+@pytest.mark.slow
 def test_generated_pages_output_blocks_and_excerpts_are_what_docgen_writes_and_finds_today():
     fresh = docgen.pages()
     stale = {path: text for path, text in fresh.items() if not path.exists() or path.read_text() != text}

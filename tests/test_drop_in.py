@@ -24,6 +24,7 @@ from mla_model.revisions import RELEASE_OF_REVISION, get_revision
 from spec.analyses.cases import generate
 from spec.realcode.executed.differential import expected
 from tests.cli import run
+from tests.params import regular_and_slow
 
 REVISIONS = released_revisions()
 PAIRS = [(a, b) for x, y in zip(REVISIONS, REVISIONS[1:]) for a, b in ((x, y), (y, x))]
@@ -37,16 +38,6 @@ SAME_FACTS = {
     ("vllm-0.29", "vllm-0.30"),
     ("vllm-0.30", "vllm-0.29"),
 }
-
-
-def _params(values: list, *regular: object) -> list:
-    """``values`` as parameters, each but ``regular`` behind the ``slow`` marker."""
-    return [
-        pytest.param(
-            v, marks=() if v in regular else pytest.mark.slow, id=v if isinstance(v, str) else "-on-".join(v)
-        )
-        for v in values
-    ]
 
 
 @cache
@@ -107,7 +98,7 @@ def _differing(module_revision: str, release_revision: str, cases: list) -> tupl
 
 
 @pytest.mark.network
-@pytest.mark.parametrize("revision", _params(REVISIONS, "vllm-0.28"))
+@pytest.mark.parametrize("revision", regular_and_slow(REVISIONS, "vllm-0.28", ids=str))
 def test_module_passes_on_its_own_release(revision, folder):
     module, cases = _generated(revision, folder)
     failed, passed = _shim(module, RELEASE_OF_REVISION[revision])
@@ -116,7 +107,7 @@ def test_module_passes_on_its_own_release(revision, folder):
 
 
 @pytest.mark.network
-@pytest.mark.parametrize("pair", _params(PAIRS, REPRESENTATIVE))
+@pytest.mark.parametrize("pair", regular_and_slow(PAIRS, REPRESENTATIVE, ids="-on-".join))
 def test_module_fails_on_the_neighbour_exactly_where_routes_differ(pair, folder):
     """The module fails on the neighbour's release exactly where the two models state different facts.
 

@@ -21,6 +21,7 @@ from mla_model.route import PATHS
 from mla_model.shape import FIELD_BY_NAME, FIELDS, Shape
 from spec.analyses.graph import GLUON_FP8, TRITON, leaf_of, routing_graph
 from spec.proof.bruteforce import column_view, fields_read, valid_columns
+from tests.params import regular_and_slow
 
 REGISTRY = "aiter-0.1.20"
 # A slice of the brute-force box (FieldSpec.box): every enum and flag value, these heads, qlens and k.
@@ -38,7 +39,13 @@ def _graph(revision: str, registry: str = REGISTRY):
     return routing_graph(revision, registry)
 
 
-@pytest.fixture(params=[*[(r, REGISTRY) for r in REVISIONS], ("vllm-0.27", "aiter-0.1.19")], ids="@".join)
+GRAPHS = [
+    *[(r, REGISTRY) for r in REVISIONS],
+    ("vllm-0.27", "aiter-0.1.19"),
+]  # the oldest and newest run regularly
+
+
+@pytest.fixture(params=GRAPHS, ids="@".join)
 def graph(request):
     return _graph(*request.param)
 
@@ -95,9 +102,13 @@ def _box_slice(revision_id: str, registry_id: str):
     return fixed, valid_columns(rev.rules(reg), fixed, list(read), values=SLICE)
 
 
-def test_z3_reachability_agrees_with_a_brute_force_sweep(graph):
+@pytest.mark.parametrize(
+    "revision_id, registry_id",
+    regular_and_slow(GRAPHS, GRAPHS[0], GRAPHS[-2], unpack=True, ids="@".join),
+)
+def test_z3_reachability_agrees_with_a_brute_force_sweep(revision_id, registry_id):
     """No shape of the slice ends in a leaf (or takes a path to a leaf) that z3 marks dead or never found."""
-    revision_id, registry_id = graph.graph["revision"], graph.graph["registry"]
+    graph = _graph(revision_id, registry_id)
     rev, reg = REVISIONS[revision_id], load_registry(registry_id)
     fixed, cols = _box_slice(revision_id, registry_id)
     n = len(next(iter(cols.values())))

@@ -175,6 +175,7 @@ def test_kimi_k3_tp8_fp8_lands_on_the_known_wrong_non_persistent_path_before_510
     assert after.route.path == "asm_persistent" and inv.holds(after)
 
 
+@pytest.mark.slow
 def test_the_full_check_reports_what_each_revision_alone_reports(monkeypatch):
     """The default check runs neighbouring revisions in chains, each starting from the last one's smallest
     counterexamples (spec.proof.check_all); a revision checked alone starts from nothing.  The guesses

@@ -15,6 +15,7 @@ from spec.proof.invariants import INVARIANT_BY_ID
 from spec.proof.prover import PROVED, VIOLATED, check
 from spec.realcode.bind import bind
 from spec.realcode.revision import real_revision
+from tests.params import regular_and_slow
 
 pytestmark = pytest.mark.network
 
@@ -40,7 +41,13 @@ def test_0_28_0_real_code_proves_both_absent():
 
 
 @pytest.mark.parametrize(
-    "release, model", [("0.27.1", "vllm-0.27"), ("0.28.0", "vllm-0.28"), ("0.34.0", "vllm-0.34")]
+    "release, model",
+    regular_and_slow(
+        [("0.27.1", "vllm-0.27"), ("0.28.0", "vllm-0.28"), ("0.34.0", "vllm-0.34")],
+        ("0.28.0", "vllm-0.28"),
+        ids="-".join,
+        unpack=True,
+    ),
 )
 def test_model_revisions_are_equivalent_to_the_real_predicates(release, model):
     rows = bind(release, model, symbolic=True).rows

@@ -21,6 +21,7 @@ import pytest
 
 from mla_model.case import read_cases, write_cases
 from tests.cli import run
+from tests.params import regular_and_slow
 
 pytest.importorskip("torch")
 
@@ -237,7 +238,15 @@ def _running(pid: int) -> bool:
         return False
 
 
-@pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize(
+    "sig, status",
+    regular_and_slow(
+        [(signal.SIGINT, 130), (signal.SIGTERM, 143)],
+        (signal.SIGINT, 130),
+        unpack=True,
+        ids=lambda v: v[0].name,
+    ),
+)
 def test_a_signal_ends_conform_cleanly_and_says_how_to_resume(tmp_path, sig, status):
     """Was: SIGINT exited 2 (bad input) saying nothing, and a killed conform left its pytest writing and
     the child's scratch folder behind."""
@@ -272,6 +281,7 @@ def test_a_killed_child_records_error_for_its_unfinished_cases_and_the_resume_ru
     assert not [k for k in errors if latest[k] == "ERROR"]  # each ran again, to its own verdict
 
 
+@pytest.mark.slow
 def test_a_child_writes_nothing_once_conform_is_killed(tmp_path):
     """Was: a SIGKILLed conform left its pytest child running and writing the results file, and the child's
     scratch folder (the copy of the cases file, pytest's ini) behind."""
@@ -291,6 +301,7 @@ def test_a_child_writes_nothing_once_conform_is_killed(tmp_path):
     assert not scratch.exists(), f"the child's scratch folder {scratch} left 5 s after SIGKILL"
 
 
+@pytest.mark.slow
 def test_a_killed_xdist_worker_records_error_for_its_case_and_the_others_run_on(tmp_path):
     """The worker's case is ERROR (not SKIP, not lost); xdist replaces the worker and the rest run."""
     proc, cases, out = _start(tmp_path, 30, "--workers", "2")

@@ -46,6 +46,7 @@ def test_files_selected_by_name():
 
 
 @pytest.mark.network
+@pytest.mark.slow
 def test_release_against_itself_all_pass():
     r = run_shipped_tests(RELEASE)
     assert r["release"] == RELEASE and r["against"] == f"vllm=={RELEASE}"
@@ -210,6 +211,7 @@ DCP_FILES = {
 
 
 @pytest.mark.network
+@pytest.mark.slow
 def test_0_34_0_dcp_files_pass_against_0_34_0():
     """0.34.0's DCP files: every gate item runs and passes; what needs the real kernel on a GPU says so."""
     r = run_shipped_tests("0.34.0", select="dcp_cprr or dcp_verify_gfx942")
@@ -225,6 +227,7 @@ def test_0_34_0_dcp_files_pass_against_0_34_0():
 
 
 @pytest.mark.network
+@pytest.mark.slow
 def test_0_34_0_gfx942_dcp_verify_needs_a_gpu():
     r = run_shipped_tests("0.34.0", arch="gfx942", select="dcp_verify_gfx942")
     assert r["by_file"][DCP_FILES["gfx942"]] == {
