@@ -66,6 +66,11 @@ GOALS = {  # issue 15 item 5
         "< 1",
         lambda v: v < 1.0,
     ),
+    "check_file_wall_s": (  # issue 24 item 7: the pre-commit hook's job
+        "`check --vllm FILE` (the newest release's file in its tree, baseline by class), wall",
+        "<= 4 s on 2 cores",
+        lambda v: v <= 4.0,
+    ),
 }
 
 
@@ -172,6 +177,31 @@ def check_against_vllm_tests(runs: int) -> dict[str, Any]:
         "check_cpu_s": _median(check, "cpu"),
         "vllm_tests_wall_s": _median(tests, "wall"),
         "check_over_vllm_tests": _median(check, "wall") / _median(tests, "wall"),
+    }
+
+
+def hook_check(runs: int) -> dict[str, Any]:
+    """``check --vllm FILE`` on the newest release's file in its own tree (what the pre-commit hook and
+    action.yml run on an edited file: the file lifted and proved, compared class by class with its
+    release's cached baseline) and the plain default ``check``, alternately, ``runs`` times each after one
+    untimed run that fills the caches (the baseline's classes, the release's threshold)."""
+    from mla_model.revisions import RELEASE_OF_REVISION
+    from spec.realcode.source import RELATIVE_PATH, release_tree
+
+    release = max(RELEASE_OF_REVISION.values(), key=lambda v: tuple(int(x) for x in v.split(".")))
+    file = str(release_tree(release) / RELATIVE_PATH)
+    subprocess.run([*_mla_spec(), "check", "--vllm", file], capture_output=True)  # fills the caches
+    hook, plain = [], []
+    for _ in range(runs):
+        hook.append(timed_command(["check", "--vllm", file]))
+        plain.append(timed_command(["check"]))
+    return {
+        "release": release,
+        "check_file": hook,
+        "check": plain,
+        "check_file_wall_s": _median(hook, "wall"),
+        "check_wall_s": _median(plain, "wall"),
+        "check_file_over_check": _median(hook, "wall") / _median(plain, "wall"),
     }
 
 
@@ -396,6 +426,7 @@ def measure(runs: int, differential_count: int, skip: set[str]) -> dict[str, Any
         ("calibration", calibration),
         ("proofs", lambda: proofs_alone(runs)),
         ("check_vs_vllm_tests", lambda: check_against_vllm_tests(runs)),
+        ("hook", lambda: hook_check(runs)),
         ("numpy", numpy_throughput),
         ("sweeps", box_sweeps),
         ("lifting", lifting),
@@ -426,6 +457,8 @@ def headline(results: dict[str, Any]) -> dict[str, float]:
         c = results["check_vs_vllm_tests"]
         out["check_wall_s"] = c["check_wall_s"]
         out["check_over_vllm_tests"] = c["check_over_vllm_tests"]
+    if "hook" in results:
+        out["check_file_wall_s"] = results["hook"]["check_file_wall_s"]
     if "numpy" in results:
         out["numpy_shapes_per_s"] = min(results["numpy"].values())
     if "sweeps" in results:
@@ -473,6 +506,7 @@ def render(results: dict[str, Any]) -> str:
         "lifting_max_s": _s,
         "differential_shapes_per_s": _rate,
         "check_over_vllm_tests": lambda v: f"{v:.2f}",
+        "check_file_wall_s": _s,
     }
     for key, (what, target, met) in GOALS.items():
         if key in head:
@@ -508,6 +542,27 @@ def render(results: dict[str, Any]) -> str:
                 f"counterexample classes, without the command's start and rendering): {_s(p['wall_s'])} "
                 f"wall, {_s(p['cpu_s'])} CPU over its worker processes, median of {len(p['runs'])}.",
             ]
+    if "hook" in results:
+        h = results["hook"]
+        lines += [
+            "",
+            "## The hook's check of a file",
+            "",
+            f"`mla-spec check --vllm FILE` on vLLM {h['release']}'s `rocm_aiter_mla.py` in its own tree "
+            "(what the pre-commit hook and `action.yml` run on an edited file: the file's gates lifted and "
+            f"proved, each class compared with the cached baseline of {h['release']}) and the plain "
+            f"`mla-spec check`, alternately, {len(h['check'])} runs each after one that fills the caches:",
+            "",
+            "| command | wall, median | runs (s) | CPU, median |",
+            "|---|---|---|---|",
+            f"| `mla-spec check --vllm FILE` | **{_s(h['check_file_wall_s'])}** | "
+            f"{_walls(h['check_file'])} | {_s(_median(h['check_file'], 'cpu'))} |",
+            f"| `mla-spec check` | **{_s(h['check_wall_s'])}** | {_walls(h['check'])} | "
+            f"{_s(_median(h['check'], 'cpu'))} |",
+            "",
+            f"In the same run, checking the file takes {h['check_file_over_check']:.2f} times the plain "
+            "check.",
+        ]
     if "numpy" in results or "sweeps" in results:
         lines += ["", "## The numpy interpretation", ""]
         if "numpy" in results:
@@ -606,7 +661,7 @@ def main() -> None:
         action="append",
         default=[],
         metavar="STEP",
-        help="leave a step out (calibration, proofs, check_vs_vllm_tests, numpy, sweeps, lifting, "
+        help="leave a step out (calibration, proofs, check_vs_vllm_tests, hook, numpy, sweeps, lifting, "
         "differential, maintainer_loop)",
     )
     parser.add_argument("--write", action="store_true", help=f"write {RESULTS.relative_to(ROOT)}, the page")

@@ -37,6 +37,8 @@ def test_the_stored_ratios_are_the_stored_medians():
     assert c["check_over_vllm_tests"] == c["check_wall_s"] / c["vllm_tests_wall_s"]
     cal = stored()["calibration"]
     assert cal["ratio"] == cal["proofs_cpu_s"] / cal["numpy_cpu_s"]
+    h = stored()["hook"]
+    assert h["check_file_over_check"] == h["check_file_wall_s"] / h["check_wall_s"]
 
 
 def test_the_calibration_ratio_still_holds():

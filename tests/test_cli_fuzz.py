@@ -849,6 +849,7 @@ def _pool(name: str, param: click.Parameter, w: World) -> tuple[list[str], list[
         ("conform", "kv_len"): (["1", "8"], ["0", "262145", *NUMBER_JUNK]),
         ("conform", "vllm"): releases,
         ("explain", "case_ref"): _case_ids(w),
+        ("explain", "real"): releases,
         ("explain", "cases_file"): _cases_files(w),
         ("mutate", "select"): ([m.id for m in _mutants()], ["", "M99-none", "nope", "'quoted'"]),
         ("graph", "revision"): (list(REVISIONS), ["vllm-9.99", "", "VLLM-0.28", "0.28.0", "[/bold]"]),

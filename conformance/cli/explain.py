@@ -34,12 +34,22 @@ Examples:
   mla-spec explain --case gfx950-fp8-h4-q1-nospec-auto --revision vllm-0.27
   mla-spec explain --model Kimi-K3 --tp 8 --kv-cache-dtype fp8 --all
   mla-spec explain --case gfx942-auto-h1-q5-dflash2-auto --format json
+  mla-spec explain --case gfx950-fp8-h12-q1-nospec-auto --vllm 0.27.1
+  mla-spec explain --case gfx950-fp8-h12-q1-nospec-auto --vllm ./rocm_aiter_mla.py
 """
 
 
 @click.command("explain", epilog=EXAMPLES)
 @revision_option(default_help=f"default: the case's, else {NEWEST_REVISION}, the newest")
 @registry_option(default_help="default: the case's, else aiter-0.1.20")
+@click.option(
+    "--vllm",
+    "real",
+    metavar="RELEASE|PATH",
+    help="Explain on real code instead of a model revision: a vLLM release, tree or rocm_aiter_mla.py, its "
+    "gates read as check --vllm reads them (through the AST path; the reorder_batch_threshold from the "
+    "tree's builder, executed confined, or for a file in no tree from the release it comes from).",
+)
 @click.option(
     "--case",
     "case_ref",
@@ -83,6 +93,7 @@ Examples:
 def explain_command(
     revision,
     registry,
+    real,
     case_ref,
     cases_file,
     model_name,
@@ -119,13 +130,19 @@ def explain_command(
         shape = Shape(**{**base, **given})
     except (ValueError, OSError) as e:
         raise BadInput(str(e)) from None
+    measured = show_memory or max_num_seqs is not None
+    if real is not None and (revision is not None and cases_file is None):
+        raise BadInput("--vllm and --revision both name the gates to explain; give one")
+    if real is not None and measured:
+        raise BadInput("--memory measures a model revision's release; give --revision, not --vllm")
     revision, registry = revision or NEWEST_REVISION, registry or "aiter-0.1.20"
     if revision not in REVISIONS:
         raise BadInput(f"the case's revision {revision!r} is not one mla-spec knows")
     if registry not in REGISTRY_IDS:
         raise BadInput(f"the case's registry {registry!r} is not one mla-spec knows")
-    out = explain(REVISIONS[revision], load_registry(registry), shape)
-    measured = show_memory or max_num_seqs is not None
+    gates = REVISIONS[revision] if real is None else _real_gates(real)
+    revision = gates.id
+    out = explain(gates, load_registry(registry), shape)
     memory, why_not = _memory(revision, shape, max_num_seqs) if measured else (None, None)
     defaulted = {f.name: getattr(shape, f.name) for f in FIELDS if f.name not in given and f.name not in base}
     if fmt == "json":
@@ -139,6 +156,22 @@ def explain_command(
         if measured:
             memory_explanation(memory, why_not, max_num_seqs is None, console)
     sys.exit(EXIT_VIOLATED if out["valid"] and _breaks(out) else EXIT_OK)
+
+
+def _real_gates(spec: str):  # -> Revision
+    """The real gates of a release or file (a file in no vLLM tree: its release's tree stands in)."""
+    from conformance.cli.options import load_revision
+    from spec.realcode.bind import origin_of_source, stand_in_tree
+    from spec.realcode.source import SourceError, resolve
+
+    try:
+        source = resolve(spec)
+        tree = (
+            None if source.label.startswith("vllm==") else stand_in_tree(source, origin_of_source(source)[0])
+        )
+    except SourceError as e:
+        raise BadInput(str(e)) from None
+    return load_revision(spec, tree)
 
 
 def _breaks(out: dict) -> bool:

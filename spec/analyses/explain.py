@@ -77,6 +77,10 @@ def decision_conditions(revision: Revision, registry: Registry, shape: Shape) ->
 
 
 _SHOWN_WHOLE = 100  # a condition that is no and/or (a comparison over an if-then-else) shown whole up to this
+# A gate whose tree would have more nodes than this is shown as "depends on" its atomic conditions, each
+# once: a release's lifted gate (0.34.0's use_gluon_decode) unfolds into some 18,000 nodes that repeat a
+# few dozen conditions, which no one reads.
+_TREE_NODES = 200
 
 
 @cache
@@ -110,8 +114,31 @@ def _tree(term: Any, variables: dict[str, Any]) -> tuple[Any, ...]:
             out.extend(flat(k, kind) if z3.is_app_of(k, kind) and not is_membership(k) else [k])
         return out
 
+    seen: dict[int, tuple[Any, ...] | None] = {}  # by z3 AST id: a lifted gate shares subterms widely
+    names: dict[int, frozenset[str]] = {}
+
+    def fields_read(t: Any) -> tuple[str, ...]:
+        """:func:`fields_of`, each shared subterm read once."""
+
+        def read(u: Any) -> frozenset[str]:
+            if u.get_id() not in names:
+                if z3.is_const(u) and u.decl().kind() == z3.Z3_OP_UNINTERPRETED:
+                    names[u.get_id()] = frozenset({str(u)})
+                else:
+                    names[u.get_id()] = frozenset().union(*map(read, u.children()))
+            return names[u.get_id()]
+
+        found = read(t)
+        return tuple(f.name for f in FIELDS if f.name in found)
+
     def node(t: Any) -> tuple[Any, ...] | None:
-        if not fields_of(t):
+        key = t.get_id()
+        if key not in seen:
+            seen[key] = shaped(t)
+        return seen[key]
+
+    def shaped(t: Any) -> tuple[Any, ...] | None:
+        if not fields_read(t):
             return None
         if (z3.is_and(t) or z3.is_or(t)) and not is_membership(t):
             kind = z3.Z3_OP_AND if z3.is_and(t) else z3.Z3_OP_OR
@@ -122,14 +149,30 @@ def _tree(term: Any, variables: dict[str, Any]) -> tuple[Any, ...]:
         if z3.is_not(t) and (z3.is_and(t.arg(0)) or z3.is_or(t.arg(0))) and not is_membership(t.arg(0)):
             inner = node(t.arg(0))
             return None if inner is None else ("not", t, [inner])
-        text = describe_atom(t, fields_of(t), variables)
+        text = describe_atom(t, fields_read(t), variables)
         atoms = atoms_of(t)
         if len(text) <= _SHOWN_WHOLE or len(atoms) <= 1:
             return ("condition", text, t)
         return ("depends on", t, [n for n in map(node, atoms) if n is not None])
 
     found = node(term)
-    return found if found is not None else ("constant", term)
+    if found is None:
+        return ("constant", term)
+    if _size(found) > _TREE_NODES:
+        return ("depends on", term, [n for n in map(node, atoms_of(term)) if n is not None])
+    return found
+
+
+def _size(tree: tuple[Any, ...]) -> int:
+    """The nodes of a tree of :func:`_tree` as it is shown (a shared subtree counted where it appears)."""
+    sizes: dict[int, int] = {}
+
+    def size(t: tuple[Any, ...]) -> int:
+        if id(t) not in sizes:
+            sizes[id(t)] = 1 + (sum(size(k) for k in t[2]) if t[0] not in ("condition", "constant") else 0)
+        return sizes[id(t)]
+
+    return size(tree)
 
 
 class _Pinned:

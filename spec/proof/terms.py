@@ -182,8 +182,12 @@ def product_of_split(t: Any) -> Any:
 def atoms_of(term: Any) -> list[Any]:
     """The atomic conditions of a decision term, in first-seen order, without repeats."""
     found: dict[int, Any] = {}
+    visited: set[int] = set()  # a lifted gate is a DAG that shares subterms widely: each visited once
 
     def walk(t: Any) -> None:
+        if t.get_id() in visited:
+            return
+        visited.add(t.get_id())
         if z3.is_true(t) or z3.is_false(t) or z3.is_int_value(t) or z3.is_const(t) and not z3.is_bool(t):
             return
         if (

@@ -1,0 +1,46 @@
+"""``explain --vllm RELEASE|PATH``: one shape explained on a release's real gates or on a file's (issue 24
+item 5), read through the AST path.  Network: the release trees."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.cli import run
+
+pytestmark = pytest.mark.network
+
+KIMI_K3_TP8_FP8 = "gfx950-fp8-h12-q1-nospec-auto"  # 12 heads per rank, the shape of vLLM #51011
+
+
+def _explain(*args: str, cwd=None) -> tuple[int, dict]:
+    r = run("explain", "--case", KIMI_K3_TP8_FP8, *args, "--format", "json", cwd=cwd)
+    assert r.returncode in (0, 1), r.stderr
+    return r.returncode, json.loads(r.stdout)
+
+
+def test_the_real_0_27_1_sends_kimi_k3_fp8_to_gluon_and_0_28_0_does_not():
+    status, before = _explain("--vllm", "0.27.1")
+    assert status == 1 and before["revision"] == "vllm==0.27.1"
+    assert before["route"]["path"] == "gluon_decode"
+    assert not before["invariants"]["fp8-never-reaches-gluon"]["holds"]
+    status, after = _explain("--vllm", "0.28.0")
+    assert (
+        after["route"]["path"] != "gluon_decode" and after["invariants"]["fp8-never-reaches-gluon"]["holds"]
+    )
+
+
+def test_a_lone_copy_by_relative_path_is_explained_as_its_release(tmp_path):
+    from spec.realcode.source import RELATIVE_PATH, release_tree
+
+    (tmp_path / "rocm_aiter_mla.py").write_text((release_tree("0.34.0") / RELATIVE_PATH).read_text())
+    status, lone = _explain("--vllm", "rocm_aiter_mla.py", cwd=tmp_path)
+    _, release = _explain("--vllm", "0.34.0")
+    assert lone["revision"] == "rocm_aiter_mla.py"
+    assert {**lone, "revision": None} == {**release, "revision": None}
+
+
+def test_vllm_and_revision_together_is_one_line_exit_2():
+    r = run("explain", "--case", KIMI_K3_TP8_FP8, "--vllm", "0.28.0", "--revision", "vllm-0.28")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--revision" in r.stderr
