@@ -310,7 +310,8 @@ def cached_releases() -> list[str]:
     from spec.realcode.source import cache_dir
 
     root = cache_dir()  # ~/.cache/mla-spec/vllm
-    releases = [p.name for p in root.iterdir() if p.is_dir()] if root.is_dir() else []
+    # a release whose tree was fetched (a folder holding only the download lock: a fetch that failed)
+    releases = [p.name for p in root.iterdir() if (p / "tree").is_dir()] if root.is_dir() else []
     return sorted(releases, key=lambda v: tuple(int(x) for x in v.split(".")))
 
 
