@@ -58,7 +58,9 @@ from tests.cli import run
 
 pytest.importorskip("torch")  # conform's replay (the model backend) needs it
 
-EXAMPLES = 300  # per command (was 500): the README's test command has 3 minutes on 2 cores (issue 26)
+# Per command: the README's test command has 3 minutes on 2 cores (issue 26), so 200 (was 500);
+# tests/test_cli_fuzz_findings.py pins what earlier runs found.
+EXAMPLES = 200
 FUZZ = settings(
     max_examples=EXAMPLES,
     deadline=None,

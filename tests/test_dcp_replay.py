@@ -125,6 +125,7 @@ def test_simulated_dropped_lse_is_a_mismatch():
 
 
 @pytest.mark.network
+@pytest.mark.slow
 def test_gloo_two_ranks_pass_and_flag_a_dropped_lse():
     pytest.importorskip("torch.distributed")
     (clean,) = _run([Shape(dcp_world_size=2)], dcp_ranks="gloo")

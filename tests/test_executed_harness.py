@@ -13,6 +13,7 @@ from mla_model.revisions import get_revision
 from mla_model.shape import Shape
 from spec.realcode.executed.differential import differential, padding_kind, random_shapes
 from spec.realcode.executed.harness import HarnessError, ReleaseCode, execute, release_code
+from tests.params import regular_and_slow
 
 pytestmark = pytest.mark.network
 
@@ -40,7 +41,12 @@ def test_0_27_1_sizes_eagle_metadata_for_qlen_1_while_the_scheduler_admits_4():
     assert new["mtp_decode_qlen"] == 4 and new["decode"]["has_persistent_metadata"]
 
 
-@pytest.mark.parametrize("release, model", [("0.27.1", "vllm-0.27"), ("0.28.0", "vllm-0.28")])
+@pytest.mark.parametrize(
+    "release, model",
+    regular_and_slow(
+        [("0.27.1", "vllm-0.27"), ("0.28.0", "vllm-0.28")], ("0.28.0", "vllm-0.28"), unpack=True, ids="-".join
+    ),
+)
 def test_the_model_agrees_with_the_executed_release(release, model):
     revision, reg = get_revision(model), load_registry("aiter-0.1.20")
     result = differential(release_code(release), revision, random_shapes(revision, reg, 300, seed=7))

@@ -31,6 +31,7 @@ def test_the_real_0_27_1_sends_kimi_k3_fp8_to_gluon_and_0_28_0_does_not():
     )
 
 
+@pytest.mark.slow
 def test_a_lone_copy_by_relative_path_is_explained_as_its_release(tmp_path):
     from spec.realcode.source import RELATIVE_PATH, release_tree
 

@@ -53,6 +53,7 @@ def test_only_0_34_rescales_and_only_where_its_probe_finds_the_drop():
 
 
 @pytest.mark.network
+@pytest.mark.slow
 def test_the_executed_0_34_0_builder_sets_fp8_v_scale_fix_exactly_where_the_model_does():
     from spec.realcode.executed.harness import execute, release_code
 

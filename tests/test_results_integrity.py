@@ -265,6 +265,7 @@ def test_a_signal_ends_conform_cleanly_and_says_how_to_resume(tmp_path, sig, sta
     assert not scratch.exists(), f"the child's scratch folder {scratch} outlived conform"
 
 
+@pytest.mark.slow
 def test_a_killed_child_records_error_for_its_unfinished_cases_and_the_resume_runs_them(tmp_path):
     """Was: nothing (a worker's cases became SKIP or no result) and the resume never ran them as failures."""
     proc, cases, out = _start(tmp_path, 30)
