@@ -56,11 +56,11 @@ def test_audit_holds_a_file_to_the_release_it_comes_from(where, tmp_path, monkey
     else:
         monkeypatch.chdir(tree)
         path = str(RELATIVE_PATH)
-    args = ["audit", path, "--invariant", "head-padding-round-trips", "--executed", "100", "--format", "json"]
+    args = ["audit", path, "--invariant", "head-padding-round-trips", "--executed", "30", "--format", "json"]
     out = CliRunner().invoke(main, args)
     assert out.exit_code == 0, out.output
     result = json.loads(out.output)
     assert result["judged_as"] == {path: "vllm==0.34.0"} and result["as_expected"]
     assert {r["verdict"] for r in result["results"]} == {"VIOLATED"}
     executed = result["executed"][path]
-    assert executed is not None and executed["disagreements"] == [] and executed["shapes"] > 100
+    assert executed is not None and executed["disagreements"] == [] and executed["shapes"] > 30

@@ -19,9 +19,7 @@ from tests.params import regular_and_slow
 GENERATED = Path(__file__).parent / "generated"
 
 
-@pytest.mark.parametrize(
-    "revision", regular_and_slow(REVISIONS, "vllm-0.27", "vllm-0.28", list(REVISIONS)[-1])
-)
+@pytest.mark.parametrize("revision", regular_and_slow(REVISIONS, "vllm-0.28", list(REVISIONS)[-1]))
 def test_committed_generated_suite_is_what_mla_spec_writes_today(revision, tmp_path):
     result = CliRunner().invoke(main, ["cases", "--revision", revision, "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output

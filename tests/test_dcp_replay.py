@@ -80,7 +80,7 @@ def test_segment_partials_reduce_to_the_whole_row():
 
 
 @pytest.mark.network
-@pytest.mark.parametrize("dcp", regular_and_slow([2, 4], 2, ids=str))
+@pytest.mark.parametrize("dcp", regular_and_slow([2, 4], ids=str))
 def test_segmented_simulated_ranks_pass(dcp):
     """The stand-in's segment partials, the release's merge_mla_segments_triton, then its DCP merge."""
     (row,) = _run([Shape(dcp_world_size=dcp, **SEGMENTED)], dcp_ranks="simulated", **PAGED)
