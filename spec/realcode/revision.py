@@ -300,7 +300,10 @@ def _threshold(source: Source, tree: Path | None = None) -> tuple[Callable[[Any]
     from spec.realcode.executed.threshold import threshold_function
     from spec.realcode.source import SourceError
 
-    spec = source.label.split("==", 1)[1] if source.label.startswith("vllm==") else str(source.path)
+    # absolute: the child runs in a scratch folder, where a relative path names nothing
+    spec = (
+        source.label.split("==", 1)[1] if source.label.startswith("vllm==") else str(source.path.absolute())
+    )
     try:
         if tree is not None:
             origin = f"executed from the builder of {tree / RELATIVE_PATH}, the file sitting in no vLLM tree"
