@@ -22,6 +22,7 @@ from conformance.cli.options import (
     timeout_option,
 )
 from conformance.cli.render.text import check_table, detailed_results, shape_summary
+from conformance.cli.second_judge import disagreeing, finish_judges, report_text, start_judges
 from mla_model.registry import REGISTRY_IDS
 from mla_model.revisions import REVISIONS
 from spec.proof.check_all import check_all
@@ -96,6 +97,15 @@ Examples:
     "fixed.  Default for a gate file, unless --expect is given: the release it comes from (its vLLM "
     "tree's version, else the release closest by content).  none: the manifest alone.",
 )
+@click.option(
+    "--execute/--no-execute",
+    default=True,
+    show_default=True,
+    help="The second judge: also execute each gate file that sits in a vLLM tree (confined, needs torch) "
+    "on its baseline's and its own counterexample classes, 500 random shapes, and up to 500 more around "
+    "the shapes where its lifted gates route otherwise than the baseline's, and compare every routing "
+    "fact with the lifted gates; a disagreement is a surprise (exit 1).  A lone file is never executed.",
+)
 @memory_budget_option()
 @max_num_seqs_option("; only with --memory-budget")
 @click.argument("gate_files", nargs=-1, metavar="[GATE_FILE]...")
@@ -111,6 +121,7 @@ def check_command(
     manifest_path,
     no_expect,
     baseline,
+    execute,
     memory_budget,
     max_num_seqs,
     gate_files,
@@ -120,10 +131,12 @@ def check_command(
 
     GATE_FILE arguments are rocm_aiter_mla.py files (or vLLM trees) checked like --vllm PATH, so a
     pre-commit hook can hand check the changed files.  A gate file is compared with its baseline class by
-    class (--baseline), not with the manifest.  For a file inside a vLLM tree (or a release, or a file
-    read in its baseline release's tree), check executes the release's rocm_aiter_mla.py in a confined
-    child process to read its reorder_batch_threshold (docs/explanation/architecture.md, the trust
-    boundary)."""
+    class (--baseline), not with the manifest.
+
+    Executes code in confined child processes (docs/explanation/architecture.md, the trust boundary):
+    a release's rocm_aiter_mla.py, or the file itself where it sits in a vLLM tree (or, for a lone file,
+    its baseline release's), to read its reorder_batch_threshold; and a gate file that sits in a vLLM tree
+    as the second judge (--execute)."""
     releases = (*releases, *gate_files)
     if max_num_seqs is not None and memory_budget is None:
         raise BadInput("--max-num-seqs sizes the buffers --memory-budget checks; give --memory-budget too")
@@ -141,12 +154,14 @@ def check_command(
     }
     real = [load_revision(r, None if r not in choices else choices[r].target_tree) for r in releases]
     targets = [*revisions, *real] if releases else list(revisions or REVISIONS)
-    results = check_all(
-        targets, registries or REGISTRY_IDS, invariants or list(INVARIANT_BY_ID), max_classes, timeout
-    )
     baselines = {
         rev.id: classes_of(choices[spec], timeout) for spec, rev in zip(releases, real) if spec in choices
     }
+    judges = start_judges(releases, real, choices, baselines) if execute else {}
+    results = check_all(
+        targets, registries or REGISTRY_IDS, invariants or list(INVARIANT_BY_ID), max_classes, timeout
+    )
+    judged = finish_judges(judges, real, results, choices, releases)
     memory = None
     if memory_budget is not None:
         from spec.analyses.memory import over_budget
@@ -161,7 +176,7 @@ def check_command(
         shown = [(r, r.counterexamples[:show]) for r in detailed_results(results, outcomes)]
     else:
         shown = []
-    report(results, fmt, outcomes, show, deployments_hit(shown, targets), memory)
+    report(results, fmt, outcomes, show, deployments_hit(shown, targets), memory, judged)
 
 
 def deployments_hit(shown: list[tuple[CheckResult, list]], targets: list) -> dict[int, list[str]]:
@@ -238,27 +253,34 @@ def report(
     show: int = 3,
     hit: dict[int, list[str]] | None = None,
     memory: tuple[int, list[Any], list[str]] | None = None,
+    judged: list[Any] | None = None,
 ) -> None:
     """Write the results in one format, then exit by the surprises (or, without a manifest, by the
     verdicts).  ``hit`` names the deployments each counterexample's class hits.  ``memory`` is
     ``--memory-budget``'s (budget, what exceeds it, notes): reported after the verdicts; anything over the
-    budget makes the exit status 1 whatever the verdicts."""
+    budget makes the exit status 1 whatever the verdicts.  ``judged``: the second judge's report of each
+    gate file (:mod:`conformance.cli.second_judge`); a disagreement makes the exit status 1 too."""
     hit = hit or {}
+    judged = judged or []
     if fmt == "json":
         out = check_json(results, outcomes, hit)
         if memory is not None:
             out["memory"] = memory_json(*memory)
+        if judged:
+            out["executed"] = [j.to_json() for j in judged]
         click.echo(json.dumps(out, indent=2))
     elif fmt == "sarif":
         from conformance.cli.render.sarif import check_log
 
-        click.echo(json.dumps(check_log(results, shape_summary, outcomes), indent=2))
+        click.echo(json.dumps(check_log(results, shape_summary, outcomes, judged), indent=2))
     elif fmt == "junit":
         from conformance.cli.render.junit import check_report
 
         click.echo(check_report(results, shape_summary, outcomes))
+        report_text(judged, Console(stderr=True, highlight=False), shape_summary)
     else:
         check_table(results, Console(highlight=False), outcomes, show, hit)
+        report_text(judged, Console(highlight=False), shape_summary)
     if memory is not None:
         if fmt == "text":
             memory_report(*memory, Console(highlight=False))
@@ -266,6 +288,8 @@ def report(
             memory_report(*memory, Console(stderr=True, highlight=False))
         if memory[1]:
             sys.exit(EXIT_VIOLATED)
+    if disagreeing(judged):
+        sys.exit(EXIT_VIOLATED)
     if outcomes is None:
         exit_for_checks(results)
     exit_for_expectations(outcomes)

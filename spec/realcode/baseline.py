@@ -68,27 +68,61 @@ def baseline_classes(choice: Choice, timeout: float) -> Baseline:
     """The classes of every (registry, invariant) of ``choice``'s baseline: read from the cache, or
     computed (every class, no cap) and cached where nothing timed out."""
     base = resolve(choice.spec)
-    key = hashlib.sha256()
-    for part in (
-        base.path.read_bytes(),
-        str(choice.baseline_tree).encode(),
-        threshold_origin(choice.spec, choice.baseline_tree).encode(),
-        _code_digest(),
-    ):
-        key.update(hashlib.sha256(part).digest())
-    entry = cache_dir().parent / "baselines" / f"{key.hexdigest()[:24]}.json"
+    entry = _entry(choice, ".json")
     cached = cache_io.read_json(entry, _is_entry)
     if cached is not None:
         return Baseline.from_json(cached, base.label, choice.how)
     cache_io.ensure_writable(entry.parent)  # before the proof, not after
-    revision = real_code.real_revision(choice.spec, tree=choice.baseline_tree)  # read at call time
-    results = check_all([revision], REGISTRY_IDS, list(INVARIANT_BY_ID), None, timeout)
+    results = check_all([baseline_revision(choice)], REGISTRY_IDS, list(INVARIANT_BY_ID), None, timeout)
     baseline = Baseline(
         base.label, choice.how, {(r.registry, r.invariant): BaselineResult.of(r) for r in results}
     )
     if all(r.complete and r.verdict != UNKNOWN for r in results):
         cache_io.write_json(entry, baseline.to_json())
     return baseline
+
+
+def baseline_expected(choice: Choice, shapes: list[Any]) -> list[dict[str, Any]]:
+    """The baseline's lifted gates' answers on the second judge's first shapes
+    (:func:`spec.realcode.second_judge.baseline_answers`): read from the cache where it holds them for
+    these shapes, else worked out and cached."""
+    from spec.realcode.second_judge import baseline_answers
+
+    entry = _entry(choice, ".answers.json")
+    wanted = [s.to_json() for s in shapes]
+    cached = cache_io.read_json(
+        entry,
+        lambda d: (
+            isinstance(d, dict)
+            and isinstance(d.get("answers"), list)
+            and len(d["answers"]) == len(d.get("shapes", ()))
+        ),
+    )
+    if cached is not None and cached["shapes"] == wanted:
+        return cached["answers"]
+    cache_io.ensure_writable(entry.parent)
+    answers = baseline_answers(baseline_revision(choice), shapes)
+    cache_io.write_json(entry, {"shapes": wanted, "answers": answers})
+    return answers
+
+
+def baseline_revision(choice: Choice) -> Any:
+    """The baseline's lifted gates, read in its tree."""
+    return real_code.real_revision(choice.spec, tree=choice.baseline_tree)
+
+
+def _entry(choice: Choice, suffix: str) -> Path:
+    """The cache file of ``choice``'s baseline: keyed by the baseline file's bytes, the tree it is read in,
+    where its reorder_batch_threshold comes from, and mla-spec's own code."""
+    key = hashlib.sha256()
+    for part in (
+        resolve(choice.spec).path.read_bytes(),
+        str(choice.baseline_tree).encode(),
+        threshold_origin(choice.spec, choice.baseline_tree).encode(),
+        _code_digest(),
+    ):
+        key.update(hashlib.sha256(part).digest())
+    return cache_dir().parent / "baselines" / f"{key.hexdigest()[:24]}{suffix}"
 
 
 @cache

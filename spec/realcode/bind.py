@@ -94,7 +94,7 @@ def default_model(label: str) -> str | None:
 _ENUM_FIELDS = {"path": PATHS, "dcp_route": DCP_ROUTES}
 
 
-def _field(route: Any, name: str) -> Any:
+def route_field(route: Any, name: str) -> Any:
     value = getattr(route, name)
     if isinstance(value, str) and name in _ENUM_FIELDS:
         return z3.IntVal(_ENUM_FIELDS[name].index(value))
@@ -121,7 +121,7 @@ def symbolic_comparison(
     reg = load_registry(registry_id)
     checks = [("validity", z3.And(*pr.symbolic.domain), valid_r != valid_m)]
     for name in fields:
-        a, b = as_z3(_field(pr.decision.route, name)), as_z3(_field(pm.decision.route, name))
+        a, b = as_z3(route_field(pr.decision.route, name)), as_z3(route_field(pm.decision.route, name))
         checks.append((name, z3.And(valid_r, valid_m), a != b))
     for name, context, differs in checks:
         start = time.perf_counter()

@@ -60,8 +60,10 @@ def check_log(
     results: list[CheckResult],
     shape_text: ShapeText,
     outcomes: list[Outcome | BaselineOutcome] | None = None,
+    executed: list[Any] | None = None,
 ) -> dict[str, Any]:
-    """The SARIF log of a check: violations as errors, unknown verdicts as warnings.  With a manifest,
+    """The SARIF log of a check: violations as errors, unknown verdicts as warnings.  ``executed``: the
+    second judge's reports (:func:`_judge_results`).  With a manifest,
     a violation it expects carries an external suppression whose justification is the manifest's reason
     (code-scanning views file it as dismissed), and a surprise says so in its message.  A result held to
     a baseline is one result per class (:func:`_class_results`)."""
@@ -112,7 +114,71 @@ def check_log(
                 **({"baselineState": NEW if o is None or o.surprise else UNCHANGED} if baselined else {}),
             }
         )
-    return _log(rules, out)
+    if not executed:
+        return _log(rules, out)
+    from conformance.cli.second_judge import NotRun
+
+    ran = [j for j in executed if not isinstance(j, NotRun)]
+    if ran:
+        rules.append(EXECUTED_RULE)
+        out += _judge_results(ran, len(rules) - 1, shape_text)
+    log = _log(rules, out)
+    notes = [j for j in executed if isinstance(j, NotRun)]
+    if notes:  # a judge that did not run is a note on the run (SARIF §3.20.21), not a result to baseline
+        log["runs"][0]["invocations"] = [
+            {
+                "executionSuccessful": True,
+                "toolExecutionNotifications": [
+                    {
+                        "level": "note",
+                        "message": {"text": f"the second judge did not run on {j.label}: {j.why}"},
+                    }
+                    for j in notes
+                ],
+            }
+        ]
+    return log
+
+
+def _rule(rule_id: str, short: str, full: str, level: str) -> dict[str, Any]:
+    """A rule of mla-spec's own (not an invariant's): its CamelCase name made from the id."""
+    return {
+        "id": rule_id,
+        "name": "".join(part.capitalize() for part in rule_id.split("-")),
+        "shortDescription": {"text": short},
+        "fullDescription": {"text": full},
+        "defaultConfiguration": {"level": level},
+    }
+
+
+EXECUTED_RULE = _rule(
+    "executed-disagreement",
+    "The executed gate file routes a shape otherwise than its lifted gates",
+    "check's second judge executed the file (confined) and a routing fact it recorded differs from what "
+    "the gates lifted from the same file say: the proof's verdicts do not describe the file.",
+    "error",
+)
+
+
+def _judge_results(judged: list[Any], rule: int, shape_text: ShapeText) -> list[dict[str, Any]]:
+    """One error per kind of disagreement (field, both values): always NEW, since a disagreement is a fault
+    of the lifting, never a state of the baseline."""
+    from conformance.cli.second_judge import finding_line
+    from spec.realcode.second_judge import findings
+
+    return [
+        {
+            "ruleId": EXECUTED_RULE["id"],
+            "ruleIndex": rule,
+            "level": "error",
+            "message": {"text": finding_line(f, shape_text)},
+            "locations": [revision_location(j.label, DEFAULT_ANCHOR)],
+            "partialFingerprints": {"mlaSpecCheck/v1": f"{j.label}|{f.field}|{f.lifted!r}|{f.executed!r}"},
+            "baselineState": NEW,
+        }
+        for j in judged
+        for f in findings(j)
+    ]
 
 
 def _class_results(o: BaselineOutcome, rule: int, shape_text: ShapeText) -> list[dict[str, Any]]:
@@ -177,29 +243,21 @@ def _class_result(
 def diff_log(d: Diff, fail_on_new_routes: bool, shape_text: ShapeText) -> dict[str, Any]:
     """The SARIF log of a diff: one result per region of changed routes."""
     rules = [
-        {
-            "id": "new-route",
-            "name": "NewRoute",
-            "shortDescription": {"text": "NEW sends shapes to a path or kernel OLD did not use for them."},
-            "fullDescription": {
-                "text": "A decode step that changes path or kernel runs different code in production: "
-                "check it against the invariants (mla-spec check) and replay it on a GPU."
-            },
-            "defaultConfiguration": {"level": "warning"},
-        },
-        {
-            "id": "metadata-sizing",
-            "name": "MetadataSizing",
-            "shortDescription": {
-                "text": "NEW sizes the persistent metadata differently against "
-                "reorder_batch_threshold, on the same path and kernel."
-            },
-            "fullDescription": {
-                "text": "Buffers sized below the longest query the scheduler can hand decode close the "
-                "persistent gate for longer steps (vLLM #51011)."
-            },
-            "defaultConfiguration": {"level": "note"},
-        },
+        _rule(
+            "new-route",
+            "NEW sends shapes to a path or kernel OLD did not use for them.",
+            "A decode step that changes path or kernel runs different code in production: check it against "
+            "the invariants (mla-spec check) and replay it on a GPU.",
+            "warning",
+        ),
+        _rule(
+            "metadata-sizing",
+            "NEW sizes the persistent metadata differently against reorder_batch_threshold, on the same "
+            "path and kernel.",
+            "Buffers sized below the longest query the scheduler can hand decode close the persistent gate "
+            "for longer steps (vLLM #51011).",
+            "note",
+        ),
     ]
     out = []
     for region in d.regions:
