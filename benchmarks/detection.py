@@ -204,18 +204,6 @@ CORPUS: tuple[Edit, ...] = (
         expect=("no-known-wrong-kernel", "kernel-exists", "persistent-metadata-used"),
     ),
     _e(
-        "persistent-unbounded-qlen",
-        "0.34.0",
-        CHANGES,
-        "build the schedule past the qlen it was sized for",
-        (
-            "            and max_qo_len <= self._mtp_decode_qlen\n        )\n        if (\n            not causal",
-            "        )\n        if (\n            not causal",
-            1,
-        ),
-        expect=("metadata-covers-qlen",),
-    ),
-    _e(
         "cdna3-fp8-causal-verify-on-asm",
         "0.34.0",
         CHANGES,
@@ -316,6 +304,17 @@ CORPUS: tuple[Edit, ...] = (
         expect=("metadata-covers-qlen", "persistent-metadata-used", "executed"),
     ),
     # --- 0.34.0, behaviour-preserving -----------------------------------------------------------------
+    _e(
+        "persistent-unbounded-qlen",
+        "0.34.0",
+        PRESERVES,
+        "drop the persistent gate's qlen bound, which the scheduler's reorder_batch_threshold already enforces",
+        (
+            "            and max_qo_len <= self._mtp_decode_qlen\n        )\n        if (\n            not causal",
+            "        )\n        if (\n            not causal",
+            1,
+        ),
+    ),
     _e(
         "rename-persistent-local",
         "0.34.0",
