@@ -63,7 +63,6 @@ def test_verdicts_follow_exit_status_and_what_was_raised():
 @pytest.mark.slow
 def test_the_corpus_run_again_gives_the_stored_verdicts():
     fresh = detection.run_corpus()
-    assert not [r for r in fresh["edits"] if r["verdict"] == "error"], fresh["edits"]
     assert {r["name"]: r["verdict"] for r in fresh["edits"]} == {
         r["name"]: r["verdict"] for r in STORED["edits"]
     }
