@@ -50,7 +50,14 @@ from spec.proof.classes import Baseline
 from spec.proof.prover import CheckResult, problem
 from spec.proof.terms import as_z3
 from spec.realcode.bind import default_model, route_field
-from spec.realcode.executed.differential import Differential, Disagreement, compare, expected, random_shapes
+from spec.realcode.executed.differential import (
+    Differential,
+    Disagreement,
+    compare,
+    differential,
+    expected,
+    random_shapes,
+)
 from spec.realcode.executed.harness import ReleaseCode, execute
 
 REGISTRY = "aiter-0.1.20"  # the registry every shape runs under (the newest AITER the model knows)
@@ -177,12 +184,7 @@ def finish(
     judgement.runs.append(first)
     second = [s for s in dict.fromkeys([*found, *around, *new]) if s not in ran]
     if second:
-        began = time.perf_counter()
-        rest = Differential(started.code.label, lifted.id, REGISTRY)
-        rows = execute(started.code, second, REGISTRY, {})
-        compare(rows, [expected(lifted, reg, s, {}) for s in second], rest)
-        rest.seconds = time.perf_counter() - began
-        judgement.runs.append(rest)
+        judgement.runs.append(differential(started.code, lifted, second, REGISTRY))
     return judgement
 
 
