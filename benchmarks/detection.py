@@ -323,6 +323,25 @@ CORPUS: tuple[Edit, ...] = (
         (r"re:\buse_persistent_metadata\b(?!=)", "use_ps_schedule", 0),
     ),
     _e(
+        "rename-triton-verify-local",
+        "0.34.0",
+        PRESERVES,
+        "rename the local holding the Triton verify decision",
+        (r"re:(?<![\w.])use_triton_verify\b", "triton_verify_taken", 5),
+    ),
+    _e(
+        "persistent-gate-through-temporary",
+        "0.34.0",
+        PRESERVES,
+        "test the persistent gate through a second local",
+        (
+            "        if use_persistent_metadata:\n            from aiter import get_mla_metadata_v1\n",
+            "        build_schedule = use_persistent_metadata\n        if build_schedule:\n"
+            "            from aiter import get_mla_metadata_v1\n",
+            1,
+        ),
+    ),
+    _e(
         "rename-dcp-route-local",
         "0.34.0",
         PRESERVES,
@@ -564,10 +583,19 @@ CORPUS: tuple[Edit, ...] = (
 
 def outcome(edit: Edit, workdir: Path) -> dict[str, Any]:
     """What ``mla-spec check FILE`` says of the edit, run as a user runs it."""
-    from spec.analyses.mutants import shadow_tree
     from spec.realcode.source import fetch_release
 
-    file = shadow_tree(edit.release, edit.apply(fetch_release(edit.release).read_text()), workdir / edit.name)
+    return check_outcome(
+        edit.name, edit.release, edit.apply(fetch_release(edit.release).read_text()), workdir
+    )
+
+
+def check_outcome(name: str, release: str, text: str, workdir: Path) -> dict[str, Any]:
+    """``mla-spec check FILE --format json`` on ``text`` as the file of a tree of ``release``'s other files:
+    its exit, the NEW and GONE classes per invariant, and the executed judge's disagreements by field."""
+    from spec.analyses.mutants import shadow_tree
+
+    file = shadow_tree(release, text, workdir / name)
     began = time.perf_counter()
     run = subprocess.run(
         [
@@ -584,18 +612,23 @@ def outcome(edit: Edit, workdir: Path) -> dict[str, Any]:
         cwd=ROOT,
     )
     seconds = time.perf_counter() - began
-    out: dict[str, Any] = {"name": edit.name, "exit": run.returncode, "seconds": round(seconds, 1)}
+    out: dict[str, Any] = {"name": name, "exit": run.returncode, "seconds": round(seconds, 1)}
     try:
         data = json.loads(run.stdout)
     except ValueError:
         out["error"] = (run.stderr.strip().splitlines() or ["no output"])[-1]
         return out
     new: dict[str, int] = {}
+    gone: dict[str, int] = {}
     for r in data["results"]:
-        count = r.get("baseline", {}).get("new", 0)
-        if count:
-            new[r["invariant"]] = new.get(r["invariant"], 0) + count
+        for tally, count in (
+            (new, r.get("baseline", {}).get("new", 0)),
+            (gone, len(r.get("baseline", {}).get("absent", []))),
+        ):
+            if count:
+                tally[r["invariant"]] = tally.get(r["invariant"], 0) + count
     out["new_classes"] = dict(sorted(new.items()))
+    out["gone_classes"] = dict(sorted(gone.items()))
     executed = (data.get("executed") or [{}])[0]
     out["executed"] = executed.get("disagreements_by_field", {}) if executed.get("ran") else None
     return out
@@ -615,13 +648,18 @@ def verdict(edit: Edit, result: dict[str, Any]) -> str:
     return "quiet" if result["exit"] == 0 else "false alarm"
 
 
-def run_corpus(workers: int = 2) -> dict[str, Any]:
+def run_corpus(workers: int = 2, only: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Run every edit of the corpus (or those named in ``only``)."""
+    unknown = set(only) - {e.name for e in CORPUS}
+    if unknown:
+        raise SystemExit(f"detection: no edit named {', '.join(sorted(unknown))}")
+    edits = [e for e in CORPUS if not only or e.name in only]
     with (
         tempfile.TemporaryDirectory(prefix="mla-spec-detection-") as scratch,
         ThreadPoolExecutor(workers) as pool,
     ):
-        results = list(pool.map(lambda e: outcome(e, Path(scratch)), CORPUS))
-    for edit, r in zip(CORPUS, results):
+        results = list(pool.map(lambda e: outcome(e, Path(scratch)), edits))
+    for edit, r in zip(edits, results):
         r["verdict"] = verdict(edit, r)
     return {"edits": results, "commit": _commit(), "date": time.strftime("%Y-%m-%d")}
 
@@ -684,8 +722,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="write the results and the page")
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument(
+        "--only", nargs="+", default=(), metavar="EDIT", help="run these edits only (no --write)"
+    )
     args = parser.parse_args()
-    results = run_corpus(args.workers)
+    if args.write and args.only:
+        parser.error("--write needs the whole corpus; drop --only")
+    results = run_corpus(args.workers, tuple(args.only))
+    if args.only:
+        for r in results["edits"]:
+            print(json.dumps(r))
     print(json.dumps(counts(results)))
     if args.write:
         RESULTS.write_text(json.dumps(results, indent=1) + "\n")

@@ -92,6 +92,8 @@ class B:
         self._mtp_decode_qlen = 1
     def _build_decode(self, max_qo_len):
         use_persistent_metadata = max_qo_len <= self._mtp_decode_qlen
+        if use_persistent_metadata:
+            get_mla_metadata_v1()
 
 class I:
     def forward_mqa(self):

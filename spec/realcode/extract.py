@@ -11,8 +11,10 @@ What is taken (sources §15 lists what each release needs):
   reached only at call time, such as ``Path`` inside the native-H24 probe);
 * from the metadata builder: the statements of ``__init__`` that set
   ``self._mtp_decode_qlen`` (and the other builder attributes the gate reads),
-  and the ``use_persistent_metadata`` expression of ``_build_decode`` with the
-  earlier statements of that method it depends on (a backward slice);
+  and the test of the ``if`` of ``_build_decode`` that builds the persistent
+  schedule (``use_persistent_metadata`` in every release, found by that call,
+  not by the name) with the earlier statements of that method it depends on
+  (a backward slice), and the route decisions found by where they flow;
 * where a release has no ``use_gluon_verify`` (0.27), the inline verify test
   of ``forward_mqa``.
 
@@ -41,12 +43,24 @@ PREDICATES = (
     "get_mla_unpadded_o",
     "has_fp8_non_causal_qlen2_kernel",
 )
-# Locals of _build_decode besides the gate that decide the path (returned with it): 0.34's Triton verify,
-# the DCP route (0.31 on) and the segmented DCP verify flag (0.29/0.30).
+# The decisions of _build_decode besides the persistent gate that decide the path (returned with it, under
+# these vLLM names whatever the file calls its locals): 0.34's Triton verify, the DCP route (0.31 on) and the
+# segmented DCP verify flag (0.29/0.30).
 PATH_LOCALS = ("use_triton_verify", "dcp_route", "use_segmented_dcp_verify")
-GATE_VARIABLE = "use_persistent_metadata"
-# Values the harness hands the builder slices (the rest must be computed by the sliced code).
-BUILD_INPUTS = ("self", "max_qo_len")
+# Where each decision flows to (so a renamed local is still found): the AITER entry point the persistent gate
+# guards, and the decode metadata's fields (vLLM's dataclass, read by forward_mqa) the other decisions feed.
+# dcp_route is such a field itself (0.31.0 L1480); the Triton verify decides whether the metadata's kv-split
+# count is computed (0.34.0 L1936), the segmented flag whether its row-view dcp_verify is (0.29.0 L1101).
+PERSISTENT_SCHEDULE_CALL = "get_mla_metadata_v1"
+DECISION_FIELDS = {
+    "dcp_route": ("dcp_route", False),
+    "use_triton_verify": ("triton_verify_num_kv_splits", True),
+    "use_segmented_dcp_verify": ("dcp_verify", True),
+}
+# Values the harness hands the builder slices (the rest must be computed by the sliced code). The step's
+# query length is found by where it flows (the ``max_qo_len`` parameter of the predicates _build_decode
+# calls), so this is only the name vLLM gives it in every release 0.27.1-0.34.0.
+QLEN = "max_qo_len"
 INIT_INPUTS = ("self", "kv_cache_spec", "vllm_config")
 HARNESS_BUILDER_ATTRS = (
     "num_heads",
@@ -286,34 +300,30 @@ def extract(source: Source) -> Extracted:
     init = _method(builder, "__init__")
     if build is None or init is None:
         raise SourceError(f"{label}: no metadata builder with __init__ and _build_decode")
-    gate_stmt = next(
-        (
-            s
-            for s in build.body
-            if isinstance(s, ast.Assign)
-            and any(isinstance(t, ast.Name) and t.id == GATE_VARIABLE for t in s.targets)
-        ),
-        None,
-    )
-    if gate_stmt is None:
-        raise SourceError(f"{label}: _build_decode has no '{GATE_VARIABLE} = ...' gate")
-    before = build.body[: build.body.index(gate_stmt)]
-    path_locals = [n for n in PATH_LOCALS if any(n in _stored_names(s) for s in before)]
+    gate_if = _persistent_gate_if(build)
+    if gate_if is None:
+        raise SourceError(
+            f"{label}: _build_decode calls no {PERSISTENT_SCHEDULE_CALL} under an 'if' (the persistent gate)"
+        )
+    before = build.body[: build.body.index(gate_if)]
+    stored_before = set().union(*(_stored_names(s) for s in before))
+    path_locals = {role: local for role, local in _decision_locals(build).items() if local in stored_before}
+    build_inputs = ("self", _qlen_local(build, methods))
     build_slice = _backward_slice(
-        label, before, _loads(gate_stmt.value) | set(path_locals), BUILD_INPUTS, "_build_decode"
+        label, before, _loads(gate_if.test) | set(path_locals.values()), build_inputs, "_build_decode"
     )
     returned = ast.Tuple(
         elts=[
-            gate_stmt.value,
+            gate_if.test,
             ast.Dict(
-                keys=[ast.Constant(n) for n in path_locals],
-                values=[ast.Name(n, ast.Load()) for n in path_locals],
+                keys=[ast.Constant(role) for role in path_locals],
+                values=[ast.Name(local, ast.Load()) for local in path_locals.values()],
             ),
         ],
         ctx=ast.Load(),
     )
     build_fn = _function(
-        "mla_spec_persistent_gate", _args(*BUILD_INPUTS), [*build_slice, ast.Return(returned)]
+        "mla_spec_persistent_gate", _args(*build_inputs), [*build_slice, ast.Return(returned)]
     )
     missing = _loads(build_fn) - _module_or_stub(tree) - {HELPER}
     if missing:
@@ -357,7 +367,9 @@ def extract(source: Source) -> Extracted:
         inline = _inline_verify_test(_method(impl, "forward_mqa"))
         if inline is None:
             raise SourceError(f"{label}: neither use_gluon_verify nor an inline verify test in forward_mqa")
-        functions.append(_function("mla_spec_inline_verify", _args("self", "decode"), [ast.Return(inline)]))
+        functions.append(
+            _function("mla_spec_inline_verify", _args("self", _metadata_local(inline)), [ast.Return(inline)])
+        )
     for fn in functions:
         _check_safe(label, fn.name.replace("mla_spec_", ""), fn)
     body: list[ast.stmt] = [pruned, *functions]
@@ -387,6 +399,88 @@ def extract(source: Source) -> Extracted:
     )
 
 
+def _calls(node: ast.AST, name: str) -> bool:
+    """Whether ``node`` calls a function or method named ``name``."""
+    return any(
+        isinstance(n, ast.Call)
+        and (n.func.id if isinstance(n.func, ast.Name) else getattr(n.func, "attr", None)) == name
+        for n in ast.walk(node)
+    )
+
+
+def _persistent_gate_if(build: ast.FunctionDef) -> ast.If | None:
+    """The statement of _build_decode whose test decides the persistent schedule: the top-level ``if`` whose
+    body builds it (every release 0.27.1-0.34.0 tests one local there, ``use_persistent_metadata``, but any
+    name or an inline condition is found the same way)."""
+    return next(
+        (
+            s
+            for s in build.body
+            if isinstance(s, ast.If) and any(_calls(b, PERSISTENT_SCHEDULE_CALL) for b in s.body)
+        ),
+        None,
+    )
+
+
+def _qlen_local(build: ast.FunctionDef, methods: dict[str, ast.FunctionDef]) -> str:
+    """The local of _build_decode holding the step's query length: the argument _build_decode passes as the
+    ``max_qo_len`` parameter of an AiterMLAHelper predicate (``int(...)`` around it unwrapped; 0.34.0
+    L1903), else vLLM's name for it."""
+    for n in ast.walk(build):
+        if not (
+            isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and isinstance(n.func.value, ast.Name)
+            and n.func.value.id == HELPER
+            and n.func.attr in methods
+        ):
+            continue
+        params = [a.arg for a in methods[n.func.attr].args.args]
+        if params[:1] in (["self"], ["cls"]):
+            params = params[1:]
+        arg = next((kw.value for kw in n.keywords if kw.arg == QLEN), None)
+        if arg is None and QLEN in params and params.index(QLEN) < len(n.args):
+            arg = n.args[params.index(QLEN)]
+        if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Name) and arg.func.id == "int" and arg.args:
+            arg = arg.args[0]
+        if isinstance(arg, ast.Name):
+            return arg.id
+    return QLEN
+
+
+def _decision_locals(build: ast.FunctionDef) -> dict[str, str]:
+    """The local of _build_decode that holds each decision of DECISION_FIELDS, by where it flows: the local
+    passed as that metadata field, or (``guards``) the local whose ``if`` computes the local passed as it."""
+    passed = {
+        kw.arg: kw.value.id
+        for n in ast.walk(build)
+        if isinstance(n, ast.Call)
+        for kw in n.keywords
+        if kw.arg is not None and isinstance(kw.value, ast.Name)
+    }
+    out: dict[str, str] = {}
+    for role, (field_name, guards) in DECISION_FIELDS.items():
+        local = passed.get(field_name)
+        if local is None:
+            continue
+        if not guards:
+            out[role] = local
+            continue
+        guard = next(
+            (
+                s.test.id
+                for s in build.body
+                if isinstance(s, ast.If)
+                and isinstance(s.test, ast.Name)
+                and any(local in _stored_names(b) for b in s.body)
+            ),
+            None,
+        )
+        if guard is not None:
+            out[role] = guard
+    return out
+
+
 def _module_or_stub(tree: ast.Module) -> set[str]:
     return set(_defined_at_module(tree)) | STUB_NAMES | SAFE_BUILTIN_NAMES
 
@@ -409,6 +503,19 @@ def _args(*names: str) -> ast.arguments:
         kw_defaults=[],
         kwarg=None,
         defaults=[],
+    )
+
+
+def _metadata_local(test: ast.expr) -> str:
+    """The local of forward_mqa the inline verify test reads the step's query length from (``decode`` in
+    0.27.1 L1119, found by its ``.max_qo_len`` attribute, not by that name)."""
+    return next(
+        (
+            n.value.id
+            for n in ast.walk(test)
+            if isinstance(n, ast.Attribute) and n.attr == QLEN and isinstance(n.value, ast.Name)
+        ),
+        "decode",
     )
 
 

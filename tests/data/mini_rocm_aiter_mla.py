@@ -40,6 +40,10 @@ class AiterMLAMetadataBuilder:
             and (not small or max_qo_len <= AiterMLAHelper.PS_QLEN or is_quantized_kv_cache(self._kv_cache_dtype_str))
             and 1 <= max_qo_len <= self._mtp_decode_qlen
         )
+        if use_persistent_metadata:
+            from aiter import get_mla_metadata_v1
+
+            get_mla_metadata_v1(max_qo_len)
         return use_persistent_metadata
 
 
