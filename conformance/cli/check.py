@@ -11,6 +11,7 @@ import click
 from rich.console import Console
 
 from conformance.cli.errors import EXIT_VIOLATED, BadInput, exit_for_checks, exit_for_expectations
+from conformance.cli.knobs import knob_findings, knob_line, knob_text, knob_variants
 from conformance.cli.memory_options import max_num_seqs_option, memory_budget_option
 from conformance.cli.options import (
     RELEASE_PREFIX,
@@ -152,11 +153,17 @@ def check_command(
         for spec in releases
         if (choice := baseline_choice(spec, baseline, default=manifest_path is None and not no_expect))
     }
-    real = [load_revision(r, None if r not in choices else choices[r].target_tree) for r in releases]
-    targets = [*revisions, *real] if releases else list(revisions or REVISIONS)
+    trees = [None if r not in choices else choices[r].target_tree for r in releases]
+    real = [load_revision(r, tree) for r, tree in zip(releases, trees)]
+    knobs = knob_variants(releases, real, trees)
+    variants = [rev for k in knobs for _, rev in k.variants]
+    targets = [*revisions, *real, *variants] if releases else list(revisions or REVISIONS)
     baselines = {
         rev.id: classes_of(choices[spec], timeout) for spec, rev in zip(releases, real) if spec in choices
     }
+    for k in knobs:  # each knob setting of a file is held to the file's own baseline
+        if k.base.id in baselines:
+            baselines.update({rev.id: baselines[k.base.id] for _, rev in k.variants})
     judges = start_judges(releases, real, choices, baselines) if execute else {}
     results = check_all(
         targets, registries or REGISTRY_IDS, invariants or list(INVARIANT_BY_ID), max_classes, timeout
@@ -168,6 +175,8 @@ def check_command(
 
         memory = (memory_budget, *over_budget(targets, memory_budget, max_num_seqs))
     outcomes = None if manifest is None else judge(results, manifest, baselines)
+    if outcomes is not None and choices:
+        outcomes = grown_outcomes(outcomes, releases, real, knobs, choices, timeout)
     # Hits are named where they are shown: every class in JSON, the classes the text details, none in SARIF
     # or JUnit (the default text run, whose violations are all expected, details none).
     if fmt == "json":
@@ -176,7 +185,32 @@ def check_command(
         shown = [(r, r.counterexamples[:show]) for r in detailed_results(results, outcomes)]
     else:
         shown = []
-    report(results, fmt, outcomes, show, deployments_hit(shown, targets), memory, judged)
+    report(
+        results,
+        fmt,
+        outcomes,
+        show,
+        deployments_hit(shown, targets),
+        memory,
+        judged,
+        knob_findings(knobs, outcomes),
+    )
+
+
+def grown_outcomes(
+    outcomes: list[Judged], releases: tuple[str, ...], real: list, knobs: list, choices: dict, timeout: float
+) -> list[Judged]:
+    """The outcomes with the violations each gate file adds inside classes its baseline has
+    (:mod:`spec.proof.growth`), its knob settings held to the same baseline revision."""
+    from spec.proof.growth import with_growth
+    from spec.realcode.baseline import baseline_revision
+
+    base = {rev.id: baseline_revision(choices[spec]) for spec, rev in zip(releases, real) if spec in choices}
+    for k in knobs:
+        if k.base.id in base:
+            base.update({rev.id: base[k.base.id] for _, rev in k.variants})
+    revisions = {rev.id: rev for rev in real} | {rev.id: rev for k in knobs for _, rev in k.variants}
+    return with_growth(outcomes, revisions, base, int(timeout * 1000))
 
 
 def deployments_hit(shown: list[tuple[CheckResult, list]], targets: list) -> dict[int, list[str]]:
@@ -254,33 +288,41 @@ def report(
     hit: dict[int, list[str]] | None = None,
     memory: tuple[int, list[Any], list[str]] | None = None,
     judged: list[Any] | None = None,
+    knobs: list[dict[str, Any]] | None = None,
 ) -> None:
     """Write the results in one format, then exit by the surprises (or, without a manifest, by the
     verdicts).  ``hit`` names the deployments each counterexample's class hits.  ``memory`` is
     ``--memory-budget``'s (budget, what exceeds it, notes): reported after the verdicts; anything over the
     budget makes the exit status 1 whatever the verdicts.  ``judged``: the second judge's report of each
-    gate file (:mod:`conformance.cli.second_judge`); a disagreement makes the exit status 1 too."""
+    gate file (:mod:`conformance.cli.second_judge`); a disagreement makes the exit status 1 too.
+    ``knobs``: each knob a gate file reads that the model does not know (:mod:`conformance.cli.knobs`)."""
     hit = hit or {}
     judged = judged or []
+    knobs = knobs or []
     if fmt == "json":
         out = check_json(results, outcomes, hit)
         if memory is not None:
             out["memory"] = memory_json(*memory)
         if judged:
             out["executed"] = [j.to_json() for j in judged]
+        if knobs:
+            out["knobs"] = knobs
         click.echo(json.dumps(out, indent=2))
     elif fmt == "sarif":
         from conformance.cli.render.sarif import check_log
 
-        click.echo(json.dumps(check_log(results, shape_summary, outcomes, judged), indent=2))
+        notes = [knob_line(k) for k in knobs]
+        click.echo(json.dumps(check_log(results, shape_summary, outcomes, judged, notes), indent=2))
     elif fmt == "junit":
         from conformance.cli.render.junit import check_report
 
         click.echo(check_report(results, shape_summary, outcomes))
         report_text(judged, Console(stderr=True, highlight=False), shape_summary)
+        knob_text(knobs, Console(stderr=True, highlight=False))
     else:
         check_table(results, Console(highlight=False), outcomes, show, hit)
         report_text(judged, Console(highlight=False), shape_summary)
+        knob_text(knobs, Console(highlight=False))
     if memory is not None:
         if fmt == "text":
             memory_report(*memory, Console(highlight=False))

@@ -106,6 +106,9 @@ class BaselineOutcome:
     new: tuple[Counterexample, ...]
     unchanged: tuple[Counterexample, ...]
     gone: tuple[dict[str, Any], ...]  # the baseline's class_json of each class not found
+    # shapes violated here that the baseline holds or refuses, inside classes it already has
+    # (spec.proof.growth: set by check where no class is NEW)
+    grown: Any = None
 
     @property
     def counts(self) -> bool:
@@ -115,7 +118,7 @@ class BaselineOutcome:
 
     @property
     def surprise(self) -> bool:
-        return self.result.verdict == UNKNOWN or bool(self.new)
+        return self.result.verdict == UNKNOWN or bool(self.new) or self.grown is not None
 
     def state(self, c: Counterexample) -> str:
         return NEW if any(c is n for n in self.new) else UNCHANGED
@@ -136,6 +139,7 @@ class BaselineOutcome:
                 "new": len(self.new),
                 "unchanged": len(self.unchanged),
                 "absent": [{**g, "baseline_state": ABSENT} for g in self.gone],
+                **({"grown": self.grown.to_json()} if self.grown is not None else {}),
             },
             "surprise": self.surprise,
         }

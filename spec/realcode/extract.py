@@ -87,10 +87,13 @@ STUB_NAMES = frozenset(
         "on_gfx942",
         "get_cdna_version",
         "largest_power_of_2_divisor",
+        "os",  # os.environ and os.getenv only (OS_ATTRIBUTES): knobs the model may not know (realcode.knobs)
     }
 )
+OS_ATTRIBUTES = frozenset({"environ", "getenv"})
 STUB_MODULES = frozenset(
     {
+        "os",
         "vllm.envs",
         "vllm.platforms.rocm",
         "vllm.platforms",
@@ -203,7 +206,18 @@ def _stored_names(node: ast.AST) -> set[str]:
 
 
 def _check_safe(label: str, where: str, node: ast.AST) -> None:
+    os_reads = {
+        id(n.value)
+        for n in ast.walk(node)
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "os"
+        if n.attr in OS_ATTRIBUTES
+    }
     for n in ast.walk(node):
+        if isinstance(n, ast.Name) and n.id == "os" and isinstance(n.ctx, ast.Load) and id(n) not in os_reads:
+            raise RefusedCode(
+                f"{label}: {where} reaches 'os' beyond os.environ and os.getenv "
+                f"(line {getattr(n, 'lineno', '?')}), which is outside the stub set"
+            )
         if isinstance(n, ast.Attribute) and n.attr.startswith("__") and n.attr.endswith("__"):
             raise RefusedCode(f"{label}: {where} touches the dunder attribute {n.attr!r}; refused")
         if isinstance(n, ast.Name) and n.id.startswith("__") and n.id.endswith("__"):

@@ -51,8 +51,17 @@ from mla_model.route import DCP_ROUTES, Route
 from mla_model.shape import KV_CACHE_DTYPES, Shape
 from spec.proof.terms import symbolic_shape
 from spec.realcode.extract import extract
-from spec.realcode.sandbox import LoadedCode, alarm_handler
-from spec.realcode.source import RELATIVE_PATH, Source, SourceError, dcp_verify_default, resolve, tree_of
+from spec.realcode.knobs import ENVS, knobs_of, setting_label
+from spec.realcode.sandbox import LoadedCode, Platform, alarm_handler
+from spec.realcode.source import (
+    RELATIVE_PATH,
+    Source,
+    SourceError,
+    dcp_verify_default,
+    resolve,
+    tree_env_default,
+    tree_of,
+)
 from spec.realcode.symexec import (
     LIFTING_BUILTINS,
     Explorer,
@@ -103,15 +112,27 @@ class RealGates:
         lifting: bool = False,
         threshold: Callable[[Any], Term] = reorder_batch_threshold,
         tree: Path | None = None,
+        setting: tuple[tuple[str, Any], ...] = (),
     ) -> None:
         self.source = source
         self.threshold = threshold  # s -> reorder_batch_threshold (the release's, executed, where it can be)
         self.extracted = extract(source)
-        self.code = LoadedCode(self.extracted, builtins_override=LIFTING_BUILTINS if lifting else None)
-        # the DCP verify default of the tree around the file, or of ``tree`` standing in (real_revision)
-        self.code.platform.dcp_verify = dcp_verify_default(
-            source.path if tree is None else tree / RELATIVE_PATH
+        gate_file = source.path if tree is None else tree / RELATIVE_PATH
+        # knobs the model does not know: unset (an envs knob: the tree's declared default) unless ``setting``
+        self.knobs = knobs_of(self.extracted.module)
+        given = dict(setting)
+        unknown = set(given) - {k.name for k in self.knobs}
+        if unknown:
+            raise SourceError(f"{source.label}: reads no knob {', '.join(sorted(unknown))}")
+        values = {
+            k.name: given.get(k.name, tree_env_default(gate_file, k.name) if k.via == ENVS else None)
+            for k in self.knobs
+        }
+        self.code = LoadedCode(
+            self.extracted, Platform(knobs=values), builtins_override=LIFTING_BUILTINS if lifting else None
         )
+        # the DCP verify default of the tree around the file, or of ``tree`` standing in (real_revision)
+        self.code.platform.dcp_verify = dcp_verify_default(gate_file)
         self.has_verify = self.code.has("use_gluon_verify")
         verify_params = self.code.params("use_gluon_verify") if self.has_verify else ()
         self.takes_causal = "causal" in verify_params
@@ -328,23 +349,37 @@ def _stand_in(source: Source, tree: Path | None) -> Path | None:
     return tree if lone else None
 
 
-def real_revision(spec: str, lifting: bool = True, tree: Path | None = None) -> Revision:
+def real_revision(
+    spec: str, lifting: bool = True, tree: Path | None = None, setting: tuple[tuple[str, Any], ...] = ()
+) -> Revision:
     """The Revision whose gates are the real functions of ``spec`` (a path or a release).
 
     ``tree``: a vLLM tree that stands in for the one around a file that sits in none (the tree of the
     release ``check`` compares the file with): the reorder_batch_threshold is that tree's own file's,
     executed there (the lone file is not executed), and its ``vllm/envs.py`` gives the DCP verify default,
     so a lone copy of a release's file is read as that release's.  The title names it.  Ignored for a
-    release and for a file inside a tree."""
+    release and for a file inside a tree.
+
+    ``setting``: values of knobs the file reads that the model does not know (:mod:`spec.realcode.knobs`;
+    every other one unset); the revision's id carries them in brackets (``FILE [VLLM_X=1]``)."""
     source = resolve(spec)
-    return _real_revision(source, lifting, _stand_in(source, tree))
+    return _real_revision(source, lifting, _stand_in(source, tree), tuple(setting))
+
+
+def unknown_knobs(spec: str) -> tuple[Any, ...]:
+    """The knobs :func:`real_revision`'s ``spec`` reads that the model does not know."""
+    return knobs_of(extract(resolve(spec)).module)
 
 
 @cache
-def _real_revision(source: Source, lifting: bool, tree: Path | None) -> Revision:
+def _real_revision(
+    source: Source, lifting: bool, tree: Path | None, setting: tuple[tuple[str, Any], ...] = ()
+) -> Revision:
     threshold, origin = _threshold(source, tree)
-    concrete = RealGates(source, threshold=threshold, tree=tree)
-    symbolic = RealGates(source, lifting=True, threshold=threshold, tree=tree) if lifting else None
+    concrete = RealGates(source, threshold=threshold, tree=tree, setting=setting)
+    symbolic = (
+        RealGates(source, lifting=True, threshold=threshold, tree=tree, setting=setting) if lifting else None
+    )
     lifted_cache: dict[str, Any] = {}
 
     def outputs(s: Any) -> dict[str, Any]:
@@ -420,10 +455,13 @@ def _real_revision(source: Source, lifting: bool, tree: Path | None) -> Revision
             )
         return rules
 
+    knobs = "; ".join(k.describe() for k in concrete.knobs)
     return Revision(
-        id=source.label,
+        id=source.label + (f" [{setting_label(setting)}]" if setting else ""),
         title=f"real gates of {source.label} (reorder_batch_threshold: {origin}"
         + ("" if tree is None else f"; DCP verify default from {tree}'s vllm/envs.py")
+        + (f"; {knobs}" if knobs else "")
+        + (f"; proved at {setting_label(setting)}" if setting else "")
         + ")",
         source=str(source.path),
         route=route,

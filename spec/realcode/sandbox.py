@@ -32,7 +32,7 @@ import signal
 import threading
 import types
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from mla_model.revisions.dcp_era import AITER_HAS_SEGMENTED_MLA
@@ -114,6 +114,9 @@ class Platform:
     arch: Any = "gfx950"
     mode: Any = "auto"
     dcp_verify: str | None = None  # VLLM_ROCM_AITER_MLA_DCP_VERIFY's declared default (None: unknown)
+    # knobs the model does not know (spec.realcode.knobs), fixed for the loaded code: name -> value (None:
+    # unset; for an envs knob, the declared default stands in for unset before it gets here)
+    knobs: dict[str, Any] = field(default_factory=dict)
 
 
 class _Logger:
@@ -151,7 +154,11 @@ class LoadedCode:
             on_gfx942=lambda: p.arch == "gfx942",
             get_cdna_version=lambda: _cdna(p.arch),
         )
-        envs = _Envs(p)
+        envs = _envs_stub(p)
+        environ = {name: str(value) for name, value in p.knobs.items() if value is not None}
+        os_stub = types.SimpleNamespace(
+            environ=environ, getenv=lambda name, default=None: environ.get(name, default)
+        )
         platforms = types.SimpleNamespace(rocm=rocm)
         # AITER's segmented MLA decode, which vLLM's DCP verify loads (every pinned AITER has it; the model's
         # scope, mla_model.revisions.dcp_era.AITER_HAS_SEGMENTED_MLA)
@@ -166,6 +173,7 @@ class LoadedCode:
             "vllm": types.SimpleNamespace(envs=envs, platforms=platforms),
             "functools": functools,
             "math": math,
+            "os": os_stub,
         }
 
         def stub_import(name: str, node: ast.AST, top: bool) -> Any:
@@ -186,6 +194,7 @@ class LoadedCode:
             "ClassVar": None,
             "torch": types.SimpleNamespace(),
             "envs": envs,
+            "os": os_stub,
             "on_gfx950": rocm.on_gfx950,
             "on_gfx942": rocm.on_gfx942,
             "get_cdna_version": rocm.get_cdna_version,
@@ -295,6 +304,20 @@ class _Envs:
                 "declares its default"
             )
         return self._platform.dcp_verify
+
+
+def _envs_stub(platform: Platform) -> _Envs:
+    """``vllm.envs`` for the gates: the modelled knobs, and each knob of ``platform.knobs`` at its value
+    (a subclass of :class:`_Envs` whose attributes the interpreter lets the input read)."""
+    if not platform.knobs:
+        return _Envs(platform)
+    names = tuple(platform.knobs)
+    members: dict[str, Any] = {"__module__": __name__}
+    for name in names:
+        members[name] = property(lambda self, name=name: self._platform.knobs[name])
+    cls = type("_Envs", (_Envs,), members)
+    interpreter.HOST_ATTRIBUTES[cls] = frozenset(names)
+    return cls(platform)
 
 
 def _segmented_mla_decode(*args: Any, **kwargs: Any) -> Any:

@@ -310,13 +310,20 @@ def declared_env_default(envs_file: Path, name: str) -> Any:
     raise KeyError(name)
 
 
-def dcp_verify_default(gate_file: Path) -> str | None:
-    """``VLLM_ROCM_AITER_MLA_DCP_VERIFY``'s default as the vLLM tree around a gate file declares it (its
-    vllm/envs.py, five folders up from vllm/v1/attention/backends/mla/rocm_aiter_mla.py; 0.31.0 L148
-    ``segmented``, 0.32.0 L149 ``auto``); None where no such file declares it."""
+def tree_env_default(gate_file: Path, name: str) -> Any:
+    """Environment variable ``name``'s default as the vLLM tree around a gate file declares it (its
+    vllm/envs.py, five folders up from vllm/v1/attention/backends/mla/rocm_aiter_mla.py); None where no
+    such file declares it."""
     if len(gate_file.parents) <= 4:
         return None
     try:
-        return str(declared_env_default(gate_file.parents[4] / "envs.py", "VLLM_ROCM_AITER_MLA_DCP_VERIFY"))
+        return declared_env_default(gate_file.parents[4] / "envs.py", name)
     except (OSError, KeyError, SyntaxError, ValueError):
         return None
+
+
+def dcp_verify_default(gate_file: Path) -> str | None:
+    """``VLLM_ROCM_AITER_MLA_DCP_VERIFY``'s declared default (0.31.0 L148 ``segmented``, 0.32.0 L149
+    ``auto``); None where no vllm/envs.py around the file declares it."""
+    value = tree_env_default(gate_file, "VLLM_ROCM_AITER_MLA_DCP_VERIFY")
+    return None if value is None else str(value)

@@ -61,9 +61,11 @@ def check_log(
     shape_text: ShapeText,
     outcomes: list[Outcome | BaselineOutcome] | None = None,
     executed: list[Any] | None = None,
+    notes: list[str] | tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """The SARIF log of a check: violations as errors, unknown verdicts as warnings.  ``executed``: the
-    second judge's reports (:func:`_judge_results`).  With a manifest,
+    second judge's reports (:func:`_judge_results`); ``notes``: lines about the run (knobs the model did
+    not know).  With a manifest,
     a violation it expects carries an external suppression whose justification is the manifest's reason
     (code-scanning views file it as dismissed), and a surprise says so in its message.  A result held to
     a baseline is one result per class (:func:`_class_results`)."""
@@ -114,27 +116,28 @@ def check_log(
                 **({"baselineState": NEW if o is None or o.surprise else UNCHANGED} if baselined else {}),
             }
         )
-    if not executed:
-        return _log(rules, out)
     from conformance.cli.second_judge import NotRun
 
-    ran = [j for j in executed if not isinstance(j, NotRun)]
+    ran = [j for j in executed or [] if not isinstance(j, NotRun)]
     if ran:
         rules.append(EXECUTED_RULE)
         out += _judge_results(ran, len(rules) - 1, shape_text)
     log = _log(rules, out)
-    notes = [j for j in executed if isinstance(j, NotRun)]
-    if notes:  # a judge that did not run is a note on the run (SARIF §3.20.21), not a result to baseline
+    # A judge that did not run, and a knob the model did not know, are notes on the run (SARIF §3.20.21),
+    # not results to baseline (the knob's NEW classes are results, under the revision that names its value).
+    texts = [
+        *(
+            f"the second judge did not run on {j.label}: {j.why}"
+            for j in executed or []
+            if isinstance(j, NotRun)
+        ),
+        *notes,
+    ]
+    if texts:
         log["runs"][0]["invocations"] = [
             {
                 "executionSuccessful": True,
-                "toolExecutionNotifications": [
-                    {
-                        "level": "note",
-                        "message": {"text": f"the second judge did not run on {j.label}: {j.why}"},
-                    }
-                    for j in notes
-                ],
+                "toolExecutionNotifications": [{"level": "note", "message": {"text": t}} for t in texts],
             }
         ]
     return log
@@ -209,6 +212,17 @@ def _class_results(o: BaselineOutcome, rule: int, shape_text: ShapeText) -> list
                 else {}
             )
         )
+    if o.grown is not None:
+        g = o.grown
+        text = (
+            f"{r.invariant} on {where}: UNKNOWN whether it violates shapes the baseline {label} does not: "
+            f"{g.unknown}"
+            if g.unknown
+            else f"{r.invariant} on {where}: NEW violations inside a class the baseline {label} has "
+            f"({g.baseline}): {shape_text(g.shape)} -> {g.route['path']}: {g.detail}"
+        )
+        level = "warning" if g.unknown else INVARIANT_BY_ID[r.invariant].level
+        out.append(_class_result(r, rule, level, text, location, NEW, g.to_json(), "grown"))
     for g in o.gone:
         text = (
             f"fixed: {r.invariant} on {where} no longer has this class of the baseline {label}: "

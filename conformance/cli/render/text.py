@@ -223,7 +223,7 @@ def baseline_lines(outcomes: list[BaselineOutcome], console: Console, show: int)
         "class by class:",
         soft_wrap=True,
     )
-    changed = [o for o in outcomes if o.new or o.gone]
+    changed = [o for o in outcomes if o.new or o.gone or o.grown is not None]
     for o in changed:
         r = o.result
         was = b.results[r.registry, r.invariant].verdict if (r.registry, r.invariant) in b.results else "-"
@@ -246,12 +246,14 @@ def baseline_lines(outcomes: list[BaselineOutcome], console: Console, show: int)
             if g["class_id"] not in in_place
         ]
         _state_lines("GONE", gone, console, show)
+        if o.grown is not None:
+            _grown_line(o.grown, console)
         if in_place:
             console.print(
                 f"    [dim]({label_count(len(in_place), 'GONE class')} replaced by NEW ones of the same "
                 "view, above)[/]"
             )
-    same = [o for o in outcomes if not (o.new or o.gone)]
+    same = [o for o in outcomes if not (o.new or o.gone or o.grown is not None)]
     if same:
         console.print(
             f"  {'other results' if changed else 'results'} as the baseline's: "
@@ -275,12 +277,35 @@ def baseline_lines(outcomes: list[BaselineOutcome], console: Console, show: int)
     for o in surprises:
         r = o.result
         what = (
-            label_count(len(o.new), "NEW class") if r.verdict != UNKNOWN else f"UNKNOWN ({escape(r.reason)})"
+            f"UNKNOWN ({escape(r.reason)})"
+            if r.verdict == UNKNOWN
+            else label_count(len(o.new), "NEW class")
+            if o.new
+            else "NEW violations inside a class the baseline has"
+            if not o.grown.unknown
+            else f"UNKNOWN whether it violates more shapes ({escape(o.grown.unknown)})"
         )
         level = " [dim](warning: does not change the exit status)[/]" if not o.counts else ""
         console.print(
             f"  ! {escape(r.revision)} / {r.registry} / {r.invariant}: {what}{level}", soft_wrap=True
         )
+
+
+def _grown_line(grown: Any, console: Console) -> None:
+    """The least shape a file violates where its baseline does not, inside a class the baseline has
+    (:mod:`spec.proof.growth`)."""
+    if grown.unknown:
+        console.print(f"    [yellow]UNKNOWN whether more shapes are violated: {escape(grown.unknown)}[/]")
+        return
+    console.print(
+        f"    NEW  {shape_summary(grown.shape)}  [cyan]->{grown.route['path']}[/]  "
+        f"{escape(grown.detail.split(' -> ')[0])}",
+        soft_wrap=True,
+    )
+    console.print(
+        f"         [dim]a violation inside a class the baseline has ({escape(grown.baseline)})[/]",
+        soft_wrap=True,
+    )
 
 
 def _state_lines(state: str, classes: list[tuple[Any, ...]], console: Console, show: int) -> None:
