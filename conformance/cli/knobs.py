@@ -11,9 +11,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from conformance.cli.errors import BadInput
 from conformance.cli.options import RELEASE_PREFIX
-from mla_model.revisions import REVISIONS
 from mla_model.revisions.base import Revision
 
 
@@ -30,18 +28,12 @@ class KnobsOf:
 def knob_variants(specs: tuple[str, ...], real: list[Revision], trees: list[Path | None]) -> list[KnobsOf]:
     """For each gate file or release that reads knobs the model does not know, its revisions at each value."""
     from spec.realcode.knobs import variants
-    from spec.realcode.revision import real_revision, unknown_knobs
-    from spec.realcode.source import SourceError
+    from spec.realcode.revision import real_revision
 
     out = []
     for spec, base, tree in zip(specs, real, trees):
-        if spec in REVISIONS:
-            continue
+        knobs = base.free_inputs
         release = spec.removeprefix(RELEASE_PREFIX)
-        try:
-            knobs = unknown_knobs(release)
-        except SourceError as e:
-            raise BadInput(str(e)) from None
         if knobs:
             out.append(
                 KnobsOf(

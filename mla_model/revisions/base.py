@@ -38,6 +38,9 @@ class Revision:
     # The model's gate functions under vLLM's names, for bind's bounded comparison (revisions built from a
     # shared module set these; otherwise bind finds them in the route's module).
     gates: Mapping[str, Callable[..., Term]] = field(default_factory=dict, hash=False, compare=False)
+    # A release's real gates only: the environment knobs its code reads that the model does not know, taken
+    # as free inputs (spec.realcode.knobs.Knob; check proves the file at each of their values).
+    free_inputs: tuple[Any, ...] = field(default=(), hash=False, compare=False)
 
     def rules(self, reg: Registry) -> list[Rule]:
         """Engine rules, this revision's head validity and the modelled scope."""

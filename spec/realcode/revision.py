@@ -366,11 +366,6 @@ def real_revision(
     return _real_revision(source, lifting, _stand_in(source, tree), tuple(setting))
 
 
-def unknown_knobs(spec: str) -> tuple[Any, ...]:
-    """The knobs :func:`real_revision`'s ``spec`` reads that the model does not know."""
-    return knobs_of(extract(resolve(spec)).module)
-
-
 @cache
 def _real_revision(
     source: Source, lifting: bool, tree: Path | None, setting: tuple[tuple[str, Any], ...] = ()
@@ -470,4 +465,5 @@ def _real_revision(
             True
         ),  # the release's own rule is in the scope (it may need the gathered heads)
         scope=scope,
+        free_inputs=concrete.knobs,
     )
