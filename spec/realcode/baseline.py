@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +27,10 @@ from spec.proof.invariants import INVARIANT_BY_ID
 from spec.proof.verdict import UNKNOWN
 from spec.realcode import cache_io
 from spec.realcode import revision as real_code
+from spec.realcode.lifted_cache import code_digest
 from spec.realcode.release_of import release_of
 from spec.realcode.revision import threshold_origin
 from spec.realcode.source import cache_dir, resolve, tree_of
-
-_ROOT = Path(__file__).resolve().parents[2]  # the folder holding mla_model/ and spec/
 
 
 @dataclass(frozen=True)
@@ -119,23 +117,10 @@ def _entry(choice: Choice, suffix: str) -> Path:
         resolve(choice.spec).path.read_bytes(),
         str(choice.baseline_tree).encode(),
         threshold_origin(choice.spec, choice.baseline_tree).encode(),
-        _code_digest(),
+        code_digest(),
     ):
         key.update(hashlib.sha256(part).digest())
     return cache_dir().parent / "baselines" / f"{key.hexdigest()[:24]}{suffix}"
-
-
-@cache
-def _code_digest() -> bytes:
-    """mla-spec's code and data that decide a class: the model, the registries, the proof, the lifting."""
-    h = hashlib.sha256()
-    for folder in ("mla_model", "spec"):
-        for f in sorted((_ROOT / folder).rglob("*")):
-            if f.is_file() and (
-                f.suffix == ".py" or (f.suffix == ".toml" and f.parent.name == "registry_data")
-            ):
-                h.update(f.relative_to(_ROOT).as_posix().encode() + b"\0" + f.read_bytes())
-    return h.digest()
 
 
 def _is_entry(data: Any) -> bool:

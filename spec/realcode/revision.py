@@ -52,6 +52,7 @@ from mla_model.shape import KV_CACHE_DTYPES, Shape
 from spec.proof.terms import symbolic_shape
 from spec.realcode.extract import extract
 from spec.realcode.knobs import ENVS, knobs_of, setting_label
+from spec.realcode.lifted_cache import lifted
 from spec.realcode.sandbox import LoadedCode, Platform, alarm_handler
 from spec.realcode.source import (
     RELATIVE_PATH,
@@ -366,6 +367,21 @@ def real_revision(
     return _real_revision(source, lifting, _stand_in(source, tree), tuple(setting))
 
 
+def _lifting_inputs(
+    source: Source, tree: Path | None, origin: str, setting: tuple[tuple[str, Any], ...]
+) -> list[bytes]:
+    """What the lifted terms of ``source`` depend on besides mla-spec's code (the cache key of
+    :mod:`spec.realcode.lifted_cache`): the file, the tree it is read in with that tree's vllm/envs.py,
+    where the reorder_batch_threshold comes from, the knob setting."""
+    gate_file = source.path if tree is None else tree / RELATIVE_PATH
+    envs = gate_file.parents[4] / "envs.py" if len(gate_file.parents) > 4 else None
+    try:
+        envs_bytes = envs.read_bytes() if envs is not None else b""
+    except OSError:
+        envs_bytes = b""
+    return [source.text.encode(), str(tree).encode(), envs_bytes, origin.encode(), repr(setting).encode()]
+
+
 @cache
 def _real_revision(
     source: Source, lifting: bool, tree: Path | None, setting: tuple[tuple[str, Any], ...] = ()
@@ -383,7 +399,7 @@ def _real_revision(
         if symbolic is None:
             raise LiftingUnsupported("lifting is off")
         if not lifted_cache:
-            lifted_cache.update(symbolic.lift())
+            lifted_cache.update(lifted(_lifting_inputs(source, tree, origin, setting), symbolic.lift))
         return lifted_cache
 
     def route(s: Any, reg: Registry) -> Route:

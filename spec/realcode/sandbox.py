@@ -306,6 +306,13 @@ class _Envs:
         return self._platform.dcp_verify
 
 
+def _knob_reader(name: str) -> Callable[[_Envs], Any]:
+    def read(self: _Envs) -> Any:
+        return self._platform.knobs[name]
+
+    return read
+
+
 def _envs_stub(platform: Platform) -> _Envs:
     """``vllm.envs`` for the gates: the modelled knobs, and each knob of ``platform.knobs`` at its value
     (a subclass of :class:`_Envs` whose attributes the interpreter lets the input read)."""
@@ -314,7 +321,7 @@ def _envs_stub(platform: Platform) -> _Envs:
     names = tuple(platform.knobs)
     members: dict[str, Any] = {"__module__": __name__}
     for name in names:
-        members[name] = property(lambda self, name=name: self._platform.knobs[name])
+        members[name] = property(_knob_reader(name))
     cls = type("_Envs", (_Envs,), members)
     interpreter.HOST_ATTRIBUTES[cls] = frozenset(names)
     return cls(platform)
