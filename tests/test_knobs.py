@@ -106,3 +106,28 @@ def test_a_new_knob_that_lets_fp8_reach_gluon_is_violated_when_set_and_named(tmp
     )
     notes = sarif["runs"][0]["invocations"][0]["toolExecutionNotifications"]
     assert any(KNOB in n["message"]["text"] for n in notes)
+
+
+def test_a_stand_in_for_the_release_s_own_threshold_is_a_warning_in_every_format(tmp_path):
+    """A lone file with no baseline tree to read it in cannot have its reorder_batch_threshold executed:
+    check says so in one warning line (text, JSON, SARIF), not only in the revision's title."""
+    mini = Path(__file__).parent / "data" / "mini_rocm_aiter_mla.py"
+    args = (
+        "check",
+        "--vllm",
+        mini,
+        "--baseline",
+        "none",
+        "--no-expect",
+        "--no-execute",
+        "--invariant",
+        "total",
+    )
+    text = run(*args).stdout
+    assert "warning: the reorder_batch_threshold of" in text and "0.28.0's formula" in text
+    (line,) = json.loads(run(*args, "--format", "json").stdout)["stand_ins"]
+    assert line.startswith(f"the reorder_batch_threshold of {mini} is 0.28.0's formula")
+    notes = json.loads(run(*args, "--format", "sarif").stdout)["runs"][0]["invocations"][0][
+        "toolExecutionNotifications"
+    ]
+    assert {"level": "warning", "message": {"text": line}} in notes

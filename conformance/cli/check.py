@@ -194,6 +194,7 @@ def check_command(
         memory,
         judged,
         knob_findings(knobs, outcomes),
+        [line for rev in real for line in rev.stand_ins],
     )
 
 
@@ -289,16 +290,19 @@ def report(
     memory: tuple[int, list[Any], list[str]] | None = None,
     judged: list[Any] | None = None,
     knobs: list[dict[str, Any]] | None = None,
+    stand_ins: list[str] | None = None,
 ) -> None:
     """Write the results in one format, then exit by the surprises (or, without a manifest, by the
     verdicts).  ``hit`` names the deployments each counterexample's class hits.  ``memory`` is
     ``--memory-budget``'s (budget, what exceeds it, notes): reported after the verdicts; anything over the
     budget makes the exit status 1 whatever the verdicts.  ``judged``: the second judge's report of each
     gate file (:mod:`conformance.cli.second_judge`); a disagreement makes the exit status 1 too.
-    ``knobs``: each knob a gate file reads that the model does not know (:mod:`conformance.cli.knobs`)."""
+    ``knobs``: each knob a gate file reads that the model does not know (:mod:`conformance.cli.knobs`);
+    ``stand_ins``: a line per part of a real revision the model stood in for (a warning, not a failure)."""
     hit = hit or {}
     judged = judged or []
     knobs = knobs or []
+    stand_ins = stand_ins or []
     if fmt == "json":
         out = check_json(results, outcomes, hit)
         if memory is not None:
@@ -307,22 +311,27 @@ def report(
             out["executed"] = [j.to_json() for j in judged]
         if knobs:
             out["knobs"] = knobs
+        if stand_ins:
+            out["stand_ins"] = stand_ins
         click.echo(json.dumps(out, indent=2))
     elif fmt == "sarif":
         from conformance.cli.render.sarif import check_log
 
         notes = [knob_line(k) for k in knobs]
-        click.echo(json.dumps(check_log(results, shape_summary, outcomes, judged, notes), indent=2))
+        log = check_log(results, shape_summary, outcomes, judged, notes, stand_ins)
+        click.echo(json.dumps(log, indent=2))
     elif fmt == "junit":
         from conformance.cli.render.junit import check_report
 
         click.echo(check_report(results, shape_summary, outcomes))
         report_text(judged, Console(stderr=True, highlight=False), shape_summary)
         knob_text(knobs, Console(stderr=True, highlight=False))
+        stand_in_text(stand_ins, Console(stderr=True, highlight=False))
     else:
         check_table(results, Console(highlight=False), outcomes, show, hit)
         report_text(judged, Console(highlight=False), shape_summary)
         knob_text(knobs, Console(highlight=False))
+        stand_in_text(stand_ins, Console(highlight=False))
     if memory is not None:
         if fmt == "text":
             memory_report(*memory, Console(highlight=False))
@@ -335,6 +344,13 @@ def report(
     if outcomes is None:
         exit_for_checks(results)
     exit_for_expectations(outcomes)
+
+
+def stand_in_text(lines: list[str], console: Console) -> None:
+    from rich.markup import escape
+
+    for line in lines:
+        console.print(f"\n[yellow]warning: {escape(line)}[/]", soft_wrap=True)
 
 
 def memory_json(budget: int, over: list[Any], notes: list[str]) -> dict[str, Any]:

@@ -482,4 +482,7 @@ def _real_revision(
         ),  # the release's own rule is in the scope (it may need the gathered heads)
         scope=scope,
         free_inputs=concrete.knobs,
+        stand_ins=(f"the reorder_batch_threshold of {source.label} is {origin}",)
+        if threshold is reorder_batch_threshold
+        else (),
     )

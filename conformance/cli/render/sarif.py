@@ -62,10 +62,11 @@ def check_log(
     outcomes: list[Outcome | BaselineOutcome] | None = None,
     executed: list[Any] | None = None,
     notes: list[str] | tuple[str, ...] = (),
+    warnings: list[str] | tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """The SARIF log of a check: violations as errors, unknown verdicts as warnings.  ``executed``: the
     second judge's reports (:func:`_judge_results`); ``notes``: lines about the run (knobs the model did
-    not know).  With a manifest,
+    not know); ``warnings``: parts of a real revision the model stood in for.  With a manifest,
     a violation it expects carries an external suppression whose justification is the manifest's reason
     (code-scanning views file it as dismissed), and a surprise says so in its message.  A result held to
     a baseline is one result per class (:func:`_class_results`)."""
@@ -127,17 +128,20 @@ def check_log(
     # not results to baseline (the knob's NEW classes are results, under the revision that names its value).
     texts = [
         *(
-            f"the second judge did not run on {j.label}: {j.why}"
+            ("note", f"the second judge did not run on {j.label}: {j.why}")
             for j in executed or []
             if isinstance(j, NotRun)
         ),
-        *notes,
+        *(("note", t) for t in notes),
+        *(("warning", t) for t in warnings),
     ]
     if texts:
         log["runs"][0]["invocations"] = [
             {
                 "executionSuccessful": True,
-                "toolExecutionNotifications": [{"level": "note", "message": {"text": t}} for t in texts],
+                "toolExecutionNotifications": [
+                    {"level": level, "message": {"text": t}} for level, t in texts
+                ],
             }
         ]
     return log
