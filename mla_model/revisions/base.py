@@ -41,9 +41,6 @@ class Revision:
     # A release's real gates only: the environment knobs its code reads that the model does not know, taken
     # as free inputs (spec.realcode.knobs.Knob; check proves the file at each of their values).
     free_inputs: tuple[Any, ...] = field(default=(), hash=False, compare=False)
-    # A release's real gates only: each part the model stands in for because the release's own could not
-    # be executed, as a line check prints as a warning (the reorder_batch_threshold of a lone file, say).
-    stand_ins: tuple[str, ...] = field(default=(), hash=False, compare=False)
 
     def rules(self, reg: Registry) -> list[Rule]:
         """Engine rules, this revision's head validity and the modelled scope."""

@@ -367,6 +367,18 @@ def real_revision(
     return _real_revision(source, lifting, _stand_in(source, tree), tuple(setting))
 
 
+# The parts of each real revision the model stood in for, by the revision's id(): kept here, beside
+# _real_revision's cache (which keeps every revision alive), not on Revision, which holds what the model
+# and the GPU replay read.
+_STAND_INS: dict[int, tuple[str, ...]] = {}
+
+
+def stand_ins(revision: Revision) -> tuple[str, ...]:
+    """A line per part of ``revision`` the model stood in for because the release's own could not be
+    executed (the reorder_batch_threshold of a lone file, say): check prints each as a warning."""
+    return _STAND_INS.get(id(revision), ())
+
+
 def _lifting_inputs(
     source: Source, tree: Path | None, origin: str, setting: tuple[tuple[str, Any], ...]
 ) -> list[bytes]:
@@ -467,7 +479,7 @@ def _real_revision(
         return rules
 
     knobs = "; ".join(k.describe() for k in concrete.knobs)
-    return Revision(
+    revision = Revision(
         id=source.label + (f" [{setting_label(setting)}]" if setting else ""),
         title=f"real gates of {source.label} (reorder_batch_threshold: {origin}"
         + ("" if tree is None else f"; DCP verify default from {tree}'s vllm/envs.py")
@@ -482,7 +494,7 @@ def _real_revision(
         ),  # the release's own rule is in the scope (it may need the gathered heads)
         scope=scope,
         free_inputs=concrete.knobs,
-        stand_ins=(f"the reorder_batch_threshold of {source.label} is {origin}",)
-        if threshold is reorder_batch_threshold
-        else (),
     )
+    if threshold is reorder_batch_threshold:
+        _STAND_INS[id(revision)] = (f"the reorder_batch_threshold of {source.label} is {origin}",)
+    return revision
