@@ -496,5 +496,7 @@ def _real_revision(
         free_inputs=concrete.knobs,
     )
     if threshold is reorder_batch_threshold:
-        _STAND_INS[id(revision)] = (f"the reorder_batch_threshold of {source.label} is {origin}",)
+        # named as the user gave it (the harness's message carries the absolute path)
+        why = origin.replace(str(source.path.absolute()), source.label)
+        _STAND_INS[id(revision)] = (f"the reorder_batch_threshold of {source.label} is {why}",)
     return revision
