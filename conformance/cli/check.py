@@ -11,7 +11,7 @@ import click
 from rich.console import Console
 
 from conformance.cli.errors import EXIT_VIOLATED, BadInput, exit_for_checks, exit_for_expectations
-from conformance.cli.knobs import knob_findings, knob_line, knob_text, knob_variants
+from conformance.cli.knobs import knob_findings, knob_line, knob_text, knob_variants, with_settings
 from conformance.cli.memory_options import max_num_seqs_option, memory_budget_option
 from conformance.cli.options import (
     RELEASE_PREFIX,
@@ -158,12 +158,10 @@ def check_command(
     knobs = knob_variants(releases, real, trees)
     variants = [rev for k in knobs for _, rev in k.variants]
     targets = [*revisions, *real, *variants] if releases else list(revisions or REVISIONS)
-    baselines = {
-        rev.id: classes_of(choices[spec], timeout) for spec, rev in zip(releases, real) if spec in choices
-    }
-    for k in knobs:  # each knob setting of a file is held to the file's own baseline
-        if k.base.id in baselines:
-            baselines.update({rev.id: baselines[k.base.id] for _, rev in k.variants})
+    baselines = with_settings(
+        {rev.id: classes_of(choices[spec], timeout) for spec, rev in zip(releases, real) if spec in choices},
+        knobs,
+    )
     judges = start_judges(releases, real, choices, baselines) if execute else {}
     results = check_all(
         targets, registries or REGISTRY_IDS, invariants or list(INVARIANT_BY_ID), max_classes, timeout
@@ -211,10 +209,10 @@ def grown_outcomes(
     from spec.proof.growth import with_growth
     from spec.realcode.baseline import baseline_revision
 
-    base = {rev.id: baseline_revision(choices[spec]) for spec, rev in zip(releases, real) if spec in choices}
-    for k in knobs:
-        if k.base.id in base:
-            base.update({rev.id: base[k.base.id] for _, rev in k.variants})
+    base = with_settings(
+        {rev.id: baseline_revision(choices[spec]) for spec, rev in zip(releases, real) if spec in choices},
+        knobs,
+    )
     revisions = {rev.id: rev for rev in real} | {rev.id: rev for k in knobs for _, rev in k.variants}
     return with_growth(outcomes, revisions, base, int(timeout * 1000))
 

@@ -46,6 +46,16 @@ def knob_variants(specs: tuple[str, ...], real: list[Revision], trees: list[Path
     return out
 
 
+def with_settings(by_id: dict[str, Any], found: list[KnobsOf]) -> dict[str, Any]:
+    """``by_id`` (keyed by revision id) with each knob setting of a file mapped to what its file is: a
+    setting is held to the file's baseline."""
+    out = dict(by_id)
+    for f in found:
+        if f.base.id in out:
+            out.update({rev.id: out[f.base.id] for _, rev in f.variants})
+    return out
+
+
 def knob_findings(found: list[KnobsOf], outcomes: list[Any] | None) -> list[dict[str, Any]]:
     """One entry per knob: what it is, and each value at which a check result has a surprise (a NEW
     class, or UNKNOWN), with those invariants."""
