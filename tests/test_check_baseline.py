@@ -158,6 +158,10 @@ def test_padding_small_heads_to_8_is_a_new_class_of_an_invariant_violated_alread
     assert "against vllm==0.34.0 (the version its vLLM tree states in PKG-INFO)" in flat
     assert "kernel-exists with aiter-0.1.20: " in flat and "(VIOLATED -> VIOLATED)" in flat
     assert "NEW gfx942 kv=auto q=bf16 heads=1 qlen=1 no drafter ->asm_persistent" in flat
+    # the deployments the file's own gates send into the class (issue 24 item 5): Kimi-K2's 8 heads per
+    # rank at TP8, padded to 8, ask for the 8-head persistent kernel AITER lacks
+    first_new = flat.split("NEW gfx942 kv=auto q=bf16 heads=1 qlen=1 no drafter ->asm_persistent")[1]
+    assert first_new.split(" NEW ")[0].count("hits: ") == 1 and "Kimi-K2 TP8 bf16" in first_new
     assert re.search(r"1 surprise against the baseline vllm==0\.34\.0 \(\d+ NEW, \d+ GONE\):", flat)
     assert f"! {path} / aiter-0.1.20 / kernel-exists: " in flat and "NEW classes" in flat
     status, out = _json(*args)
@@ -166,6 +170,7 @@ def test_padding_small_heads_to_8_is_a_new_class_of_an_invariant_violated_alread
     new = [c for c in result["counterexamples"] if c["baseline_state"] == NEW]
     assert out["surprises"][0]["new"] == [c["class_id"] for c in new]
     assert 8 in {c["route"]["request"]["padded_heads"] for c in new}  # the kernel launched at 8 heads
+    assert any("Kimi-K2 TP8 bf16" in c["hits"] for c in new)
 
 
 @pytest.mark.network

@@ -175,12 +175,14 @@ def check_command(
     outcomes = None if manifest is None else judge(results, manifest, baselines)
     if outcomes is not None and choices:
         outcomes = grown_outcomes(outcomes, releases, real, knobs, choices, timeout)
-    # Hits are named where they are shown: every class in JSON, the classes the text details, none in SARIF
-    # or JUnit (the default text run, whose violations are all expected, details none).
+    # Hits are named where they are shown: every class in JSON, the classes the text details (a file's NEW
+    # classes among them), none in SARIF or JUnit (the default text run, whose violations are all expected,
+    # details none).
     if fmt == "json":
         shown = [(r, r.counterexamples) for r in results]
     elif fmt == "text":
         shown = [(r, r.counterexamples[:show]) for r in detailed_results(results, outcomes)]
+        shown += [(o.result, list(o.new[:show])) for o in outcomes or [] if isinstance(o, BaselineOutcome)]
     else:
         shown = []
     stand_in_lines: list[str] = []
@@ -220,22 +222,16 @@ def grown_outcomes(
 def deployments_hit(shown: list[tuple[CheckResult, list]], targets: list) -> dict[int, list[str]]:
     """For each counterexample shown (by id), the bundled deployments its class hits ("Kimi-K3 TP8 fp8").
 
-    Hits are counted with the numpy interpretation of a model revision; a release's real gates (which lift
-    to z3 only) borrow the model revision ``bind`` proves equal to it, and a gate file by path names none.
+    Hits are counted with the numpy interpretation: a model revision's gates as written, a release's or a
+    file's real gates as their lifted terms evaluated over the deployments' table
+    (:mod:`spec.realcode.columns`), so a file's classes name the deployments the file itself sends there.
     """
     from spec.analyses.hits import hits
-    from spec.realcode.bind import default_model
 
-    def model_of(target: Any) -> str | None:
-        if isinstance(target, str):
-            return target
-        return default_model(target.id) if target.id.startswith(RELEASE_PREFIX) else None
-
-    model = {t if isinstance(t, str) else t.id: model_of(t) for t in targets}
+    revision = {t if isinstance(t, str) else t.id: t for t in targets}
     return {
-        id(c): hits(m, r.registry, r.invariant, c.view)
+        id(c): hits(revision[r.revision], r.registry, r.invariant, c.view)
         for r, counterexamples in shown
-        if (m := model[r.revision]) is not None
         for c in counterexamples
     }
 

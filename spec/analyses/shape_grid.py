@@ -74,9 +74,20 @@ _NUMPY_OF_Z3: dict[int, Any] = {
     z3.Z3_OP_SUB: lambda *a: reduce(np.subtract, a),
     z3.Z3_OP_MUL: lambda *a: reduce(np.multiply, a),
     z3.Z3_OP_UMINUS: np.negative,
-    z3.Z3_OP_IDIV: np.floor_divide,  # z3's div and mod agree with numpy's for a positive divisor,
-    z3.Z3_OP_MOD: np.mod,  # the only kind the gates use (16 % h, x / 16)
+    z3.Z3_OP_IDIV: lambda a, b: _euclid(a, b)[0],
+    z3.Z3_OP_MOD: lambda a, b: _euclid(a, b)[1],
 }
+
+
+def _euclid(a: Any, b: Any) -> tuple[Any, Any]:
+    """z3's (SMT-LIB's) integer div and mod: Euclidean, the remainder never negative.  numpy's floor
+    division agrees only for a positive divisor, the only kind the releases' gates use (16 % h, x / 16); an
+    edited file may divide by anything.  z3 leaves a zero divisor unspecified, so it is refused."""
+    b = np.asarray(b)
+    if np.any(b == 0):
+        raise ValueError("cannot evaluate a z3 division by zero with numpy (z3 leaves it unspecified)")
+    r = np.mod(a, np.abs(b))
+    return (a - r) // b, r
 
 
 class Program:

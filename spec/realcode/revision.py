@@ -48,7 +48,7 @@ from mla_model.revisions.base import (
 )
 from mla_model.revisions.dcp_era import DEFAULT_BLOCK_SIZE, asm_query_heads, fp8_v_scale_fix
 from mla_model.route import DCP_ROUTES, Route
-from mla_model.shape import KV_CACHE_DTYPES, Shape
+from mla_model.shape import FIELDS, KV_CACHE_DTYPES, Shape
 from spec.proof.terms import symbolic_shape
 from spec.realcode.extract import extract
 from spec.realcode.knobs import ENVS, knobs_of, setting_label
@@ -379,6 +379,33 @@ def stand_ins(revision: Revision) -> tuple[str, ...]:
     return _STAND_INS.get(id(revision), ())
 
 
+def _over_columns(lifted_outputs: dict[str, Any], view: Any) -> dict[str, Any]:
+    """The lifted outputs evaluated with numpy over a column view (:func:`spec.proof.bruteforce.
+    column_view`), as the model revisions' gates run there: each shape variable reads its column (an
+    enumeration's codes), through :func:`spec.analyses.shape_grid.evaluate_z3`."""
+    from spec.analyses.shape_grid import evaluate_z3
+
+    env = {
+        spec.name: value.term if isinstance(value, EnumTerm) else value
+        for spec in FIELDS
+        for value in (getattr(view, spec.name),)
+    }
+    names = [name for name, term in lifted_outputs.items() if z3.is_expr(term)]
+    values = dict(zip(names, evaluate_z3([lifted_outputs[n] for n in names], env)))
+    return {name: values.get(name, term) for name, term in lifted_outputs.items()}
+
+
+# Each real revision's lifted outputs, by the revision's id() (as _STAND_INS): what
+# tests/test_lifted_over_columns.py holds the numpy evaluation of the terms to, term by term.
+_LIFTED: dict[int, Callable[[], dict[str, Any]]] = {}
+
+
+def lifted_outputs(revision: Revision) -> dict[str, Any]:
+    """Every routing answer of a real revision as the lifted term (z3, over the prover's shape variables)
+    its route reads: lifted now or read from the lifted cache."""
+    return _LIFTED[id(revision)]()
+
+
 def _lifting_inputs(
     source: Source, tree: Path | None, origin: str, setting: tuple[tuple[str, Any], ...]
 ) -> list[bytes]:
@@ -404,6 +431,7 @@ def _real_revision(
         RealGates(source, lifting=True, threshold=threshold, tree=tree, setting=setting) if lifting else None
     )
     lifted_cache: dict[str, Any] = {}
+    columns_seen: dict[str, Any] = {}
 
     def outputs(s: Any) -> dict[str, Any]:
         if isinstance(s, Shape):
@@ -412,12 +440,18 @@ def _real_revision(
             raise LiftingUnsupported("lifting is off")
         if not lifted_cache:
             lifted_cache.update(lifted(_lifting_inputs(source, tree, origin, setting), symbolic.lift))
+        if not z3.is_expr(s.num_heads):  # a numpy table (hits): the lifted terms evaluated over its columns
+            if columns_seen.get("view") is not s:  # validity and route read the same table
+                columns_seen.update(view=s, outputs=_over_columns(lifted_cache, s))
+            return columns_seen["outputs"]
         return lifted_cache
 
     def route(s: Any, reg: Registry) -> Route:
         o = outputs(s)
         H = o["H"]
-        droute = EnumTerm(DCP_ROUTES, o["droute"]) if z3.is_expr(o["droute"]) else DCP_ROUTES[o["droute"]]
+        droute = (
+            DCP_ROUTES[o["droute"]] if isinstance(o["droute"], int) else EnumTerm(DCP_ROUTES, o["droute"])
+        )
         # forward_mqa's padding of the query (not lifted: it takes tensors) is the model's
         m, head_padding, head_unpad = asm_query_heads(droute, o["cprr_heads"], H, o["m"])
         return Route(
@@ -495,6 +529,7 @@ def _real_revision(
         scope=scope,
         free_inputs=concrete.knobs,
     )
+    _LIFTED[id(revision)] = lambda: outputs(symbolic_shape().view)
     if threshold is reorder_batch_threshold:
         # named as the user gave it (the harness's message carries the absolute path)
         why = origin.replace(str(source.path.absolute()), source.label)

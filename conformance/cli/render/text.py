@@ -112,7 +112,7 @@ def check_table(
         expectation_summary(manifest, console)
     against = [o for o in outcomes or [] if not _held_to_manifest(o)]
     for revision in dict.fromkeys(o.result.revision for o in against):
-        baseline_lines([o for o in against if o.result.revision == revision], console, show)
+        baseline_lines([o for o in against if o.result.revision == revision], console, show, hit or {})
 
 
 def verdict_table(results: list[CheckResult], outcomes: list[Judged] | None, short: bool) -> Table:
@@ -164,6 +164,14 @@ def grouped_hits(labels: list[str]) -> list[str]:
     ]
 
 
+def _hits_line(labels: list[str], console: Console, indent: str) -> None:
+    """The bundled deployments a class hits, grouped (none: no line)."""
+    names = grouped_hits(labels)
+    if names:
+        more = f" and {len(names) - HITS_SHOWN} more" if len(names) > HITS_SHOWN else ""
+        console.print(f"{indent}[dim]hits:[/] {', '.join(names[:HITS_SHOWN])}{more}", soft_wrap=True)
+
+
 def _violation(r: CheckResult, console: Console, show: int, hit: dict[int, list[str]]) -> None:
     inv = INVARIANT_BY_ID[r.invariant]
     heading = "[yellow]WARNING[/]" if inv.level == "warning" else "[red]VIOLATED[/]"
@@ -175,10 +183,7 @@ def _violation(r: CheckResult, console: Console, show: int, hit: dict[int, list[
     for c in r.counterexamples[:show]:
         detail = c.symptom.split(" -> ")[0]
         console.print(f"  - {shape_summary(c.shape)}  [cyan]->{c.route['path']}[/]  {detail}", soft_wrap=True)
-        names = grouped_hits(hit.get(id(c), []))
-        if names:
-            more = f" and {len(names) - HITS_SHOWN} more" if len(names) > HITS_SHOWN else ""
-            console.print(f"    [dim]hits:[/] {', '.join(names[:HITS_SHOWN])}{more}", soft_wrap=True)
+        _hits_line(hit.get(id(c), []), console, "    ")
     hidden = len(r.counterexamples) - show
     if hidden > 0:
         console.print(
@@ -214,9 +219,12 @@ def expectation_summary(outcomes: list[Outcome], console: Console) -> None:
         )
 
 
-def baseline_lines(outcomes: list[BaselineOutcome], console: Console, show: int) -> None:
+def baseline_lines(
+    outcomes: list[BaselineOutcome], console: Console, show: int, hit: dict[int, list[str]]
+) -> None:
     """One check target's results against its baseline: per result with a NEW or GONE class, those classes
-    (``show`` of each) and how many are unchanged; one line for the other results; then the surprises."""
+    (``show`` of each, with the deployments each hits) and how many are unchanged; one line for the other
+    results; then the surprises."""
     b, revision = outcomes[0].baseline, outcomes[0].result.revision
     console.print(
         f"\n[bold]{escape(revision)}[/] against [bold]{escape(b.label)}[/] ({escape(b.how)}), "
@@ -238,10 +246,10 @@ def baseline_lines(outcomes: list[BaselineOutcome], console: Console, show: int)
             moved = None if g is None else route_changes(g["route"], c.route)
             if g is not None:
                 in_place.add(g["class_id"])
-            new.append((c.shape, c.route["path"], c.symptom, moved))
+            new.append((c.shape, c.route["path"], c.symptom, moved, hit.get(id(c), [])))
         _state_lines("NEW ", new, console, show)
-        gone = [
-            (Shape.from_json(g["shape"]), g["route"]["path"], g["symptom"], None)
+        gone: list[tuple[Any, ...]] = [
+            (Shape.from_json(g["shape"]), g["route"]["path"], g["symptom"], None, [])
             for g in o.gone
             if g["class_id"] not in in_place
         ]
@@ -310,10 +318,11 @@ def _grown_line(grown: Any, console: Console) -> None:
 
 def _state_lines(state: str, classes: list[tuple[Any, ...]], console: Console, show: int) -> None:
     """The first ``show`` classes of one baseline state, a line each (GONE ones marked fixed).  Each item
-    is (shape, path, symptom, moved): ``moved``, for a NEW class in place of a GONE one of the same view,
-    the route fields that differ (:func:`spec.proof.classes.route_changes`)."""
+    is (shape, path, symptom, moved, hits): ``moved``, for a NEW class in place of a GONE one of the same
+    view, the route fields that differ (:func:`spec.proof.classes.route_changes`); ``hits``, the bundled
+    deployments the class hits."""
     fixed = "  [green](fixed)[/]" if state == "GONE" else ""
-    for shape, path, symptom, moved in classes[:show]:
+    for shape, path, symptom, moved, hits in classes[:show]:
         detail = escape(symptom.split(" -> ")[0])
         console.print(
             f"    {state} {shape_summary(shape)}  [cyan]->{path}[/]  {detail}{fixed}", soft_wrap=True
@@ -324,6 +333,7 @@ def _state_lines(state: str, classes: list[tuple[Any, ...]], console: Console, s
                 f"         [dim]in place of the baseline's class of this view: {escape(fields)}[/]",
                 soft_wrap=True,
             )
+        _hits_line(hits, console, "         ")
     if len(classes) > show:
         console.print(
             f"    [dim]... and {len(classes) - show} more {state.strip()} (--show, or --format json)[/]"
