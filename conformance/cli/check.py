@@ -224,7 +224,8 @@ def deployments_hit(shown: list[tuple[CheckResult, list]], targets: list) -> dic
 
     Hits are counted with the numpy interpretation: a model revision's gates as written, a release's or a
     file's real gates as their lifted terms evaluated over the deployments' table
-    (:mod:`spec.realcode.columns`), so a file's classes name the deployments the file itself sends there.
+    (:func:`spec.analyses.shape_grid.evaluate_z3`), so a file's classes name the deployments the file
+    itself sends there.
     """
     from spec.analyses.hits import hits
 
