@@ -98,7 +98,7 @@ class B:
 class I:
     def forward_mqa(self):
         if self.num_heads < 16 and decode.max_qo_len > 1:
-            pass
+            mla_gluon()
 """
 
 

@@ -154,7 +154,7 @@ def check_command(
         if (choice := baseline_choice(spec, baseline, default=manifest_path is None and not no_expect))
     }
     trees = [None if r not in choices else choices[r].target_tree for r in releases]
-    real = [load_revision(r, tree) for r, tree in zip(releases, trees)]
+    real = [load_revision(r, tree, refused_as_unknown=True) for r, tree in zip(releases, trees)]
     knobs = knob_variants(releases, real, trees)
     variants = [rev for k in knobs for _, rev in k.variants]
     targets = [*revisions, *real, *variants] if releases else list(revisions or REVISIONS)

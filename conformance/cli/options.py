@@ -154,17 +154,26 @@ def _executed_time_limit(ctx: Any, param: Any, seconds: float) -> float:
     return seconds
 
 
-def load_revision(spec: str, tree: Path | None = None) -> Revision:
+def load_revision(spec: str, tree: Path | None = None, refused_as_unknown: bool = False) -> Revision:
     """A model revision id, a vLLM release (``0.28.0`` or ``vllm==0.28.0``), or a rocm_aiter_mla.py file
-    or vLLM tree (read in ``tree`` where it sits in none: :func:`spec.realcode.revision.real_revision`)."""
+    or vLLM tree (read in ``tree`` where it sits in none: :func:`spec.realcode.revision.real_revision`).
+
+    ``refused_as_unknown``: a file whose routing code uses a construct outside the lifted subset is a
+    revision whose every result is UNKNOWN with the refusal (:func:`spec.realcode.revision.
+    refused_revision`), as ``check`` reports it; otherwise, as everywhere else, one error line."""
     if spec in REVISIONS:
         return REVISIONS[spec]
-    from spec.realcode.revision import real_revision
+    from spec.realcode.extract import RefusedCode
+    from spec.realcode.revision import real_revision, refused_revision
     from spec.realcode.source import SourceError, is_release
 
     release = spec.removeprefix(RELEASE_PREFIX)
     try:
         return real_revision(release) if tree is None else real_revision(release, tree=tree)
+    except RefusedCode as e:
+        if refused_as_unknown and not is_release(release):
+            return refused_revision(release, e)
+        raise BadInput(str(e)) from None
     except SourceError as e:
         hint = (
             ""

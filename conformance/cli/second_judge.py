@@ -44,12 +44,18 @@ def start_judges(
     """Start the first run of every gate file (by revision id) that can be executed; a :class:`NotRun`
     for the others.  Releases are not judged here: ``bind`` proves them equal to their executed code."""
     from spec.realcode.executed.harness import release_code
+    from spec.realcode.revision import refusal
     from spec.realcode.second_judge import start
     from spec.realcode.source import SourceError, is_release, resolve, tree_of
 
     judges: dict[str, Any] = {}
     for spec, rev in zip(specs, real):
         if spec in REVISIONS or is_release(spec.removeprefix(RELEASE_PREFIX)):
+            continue
+        if refusal(rev) is not None:
+            judges[rev.id] = NotRun(
+                spec, "its gates could not be lifted (every result is UNKNOWN): nothing to compare"
+            )
             continue
         try:
             path = resolve(spec).path

@@ -128,16 +128,12 @@ def check_pair(job: tuple, hints: Iterable[Any] = ()) -> list[CheckResult]:
             hints=hints,
         )
     except LiftingUnsupported as e:
+        from spec.realcode.extract import RefusedCode
+
         rid = rev if isinstance(rev, str) else rev.id
-        return [
-            CheckResult(
-                rid,
-                reg,
-                inv,
-                UNKNOWN,
-                0.0,
-                complete=False,
-                reason=f"lifting unsupported ({e}); run 'mla-spec bind' for the bounded check",
-            )
-            for inv in invariants
-        ]
+        reason = (
+            str(e)  # a construct outside the interpreted subset: bind cannot run it either
+            if isinstance(e, RefusedCode)
+            else f"lifting unsupported ({e}); run 'mla-spec bind' for the bounded check"
+        )
+        return [CheckResult(rid, reg, inv, UNKNOWN, 0.0, complete=False, reason=reason) for inv in invariants]

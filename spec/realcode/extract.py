@@ -28,6 +28,7 @@ allow-listed subset.  Anything else is refused with an error that names it.
 from __future__ import annotations
 
 import ast
+import copy
 import sys
 from dataclasses import dataclass, field
 
@@ -52,6 +53,9 @@ PATH_LOCALS = ("use_triton_verify", "dcp_route", "use_segmented_dcp_verify")
 # dcp_route is such a field itself (0.31.0 L1480); the Triton verify decides whether the metadata's kv-split
 # count is computed (0.34.0 L1936), the segmented flag whether its row-view dcp_verify is (0.29.0 L1101).
 PERSISTENT_SCHEDULE_CALL = "get_mla_metadata_v1"
+# What loads or is the Gluon MLA kernel forward_mqa calls: vLLM's loader (0.27.1 L1131) and AITER's entry
+# points it returns (aiter.ops.triton.gluon: mla_gluon, the older mla_decode_gluon).
+GLUON_ENTRY_POINTS = ("_get_mla_gluon", "mla_gluon", "mla_decode_gluon")
 DECISION_FIELDS = {
     "dcp_route": ("dcp_route", False),
     "use_triton_verify": ("triton_verify_num_kv_splits", True),
@@ -314,24 +318,28 @@ def extract(source: Source) -> Extracted:
     init = _method(builder, "__init__")
     if build is None or init is None:
         raise SourceError(f"{label}: no metadata builder with __init__ and _build_decode")
-    gate_if = _persistent_gate_if(build)
+    build_body = _early_returns(build.body)
+    gate_if = _persistent_gate_if(build_body)
     if gate_if is None:
         raise SourceError(
             f"{label}: _build_decode calls no {PERSISTENT_SCHEDULE_CALL} under an 'if' (the persistent gate)"
         )
-    before = build.body[: build.body.index(gate_if)]
-    stored_before = set().union(*(_stored_names(s) for s in before))
-    path_locals = {role: local for role, local in _decision_locals(build).items() if local in stored_before}
+    before = build_body[: build_body.index(gate_if)]
+    path_decisions = _decisions(label, build, build_body, before)
     build_inputs = ("self", _qlen_local(build, methods))
     build_slice = _backward_slice(
-        label, before, _loads(gate_if.test) | set(path_locals.values()), build_inputs, "_build_decode"
+        label,
+        before,
+        _loads(gate_if.test).union(*(_loads(d) for d in path_decisions.values())),
+        build_inputs,
+        "_build_decode",
     )
     returned = ast.Tuple(
         elts=[
             gate_if.test,
             ast.Dict(
-                keys=[ast.Constant(role) for role in path_locals],
-                values=[ast.Name(local, ast.Load()) for local in path_locals.values()],
+                keys=[ast.Constant(role) for role in path_decisions],
+                values=list(path_decisions.values()),
             ),
         ],
         ctx=ast.Load(),
@@ -347,12 +355,13 @@ def extract(source: Source) -> Extracted:
         )
 
     wanted_attrs = (_self_attrs(build_fn) - set(HARNESS_BUILDER_ATTRS)) | {"_mtp_decode_qlen"}
+    init_body = _early_returns(init.body)
     init_slice: list[ast.stmt] = []
     init_attrs: set[str] = set()
     while wanted_attrs - init_attrs:
         attr = sorted(wanted_attrs - init_attrs)[0]
         init_attrs.add(attr)
-        stmts = [s for s in init.body if attr in _self_attrs(s, ast.Store)]
+        stmts = [s for s in init_body if attr in _self_attrs(s, ast.Store)]
         if not stmts:
             raise RefusedCode(
                 f"{label}: the gate reads self.{attr}, which the builder's __init__ never sets "
@@ -362,15 +371,15 @@ def extract(source: Source) -> Extracted:
             if s not in init_slice:
                 init_slice.append(s)
             wanted_attrs |= _self_attrs(s) - set(HARNESS_BUILDER_ATTRS)
-    init_slice.sort(key=init.body.index)
+    init_slice.sort(key=init_body.index)
     locals_needed = set().union(*(_loads(s) for s in init_slice)) - _module_or_stub(tree) - {HELPER}
     # The locals those statements read, computed anywhere before the last of them (0.34.0 sets the cache dtype
     # between its DCP statements).
-    last = max(init.body.index(s) for s in init_slice)
-    earlier = [s for s in init.body[:last] if s not in init_slice]
+    last = max(init_body.index(s) for s in init_slice)
+    earlier = [s for s in init_body[:last] if s not in init_slice]
     init_slice = sorted(
         _backward_slice(label, earlier, locals_needed, INIT_INPUTS, "__init__") + init_slice,
-        key=init.body.index,
+        key=init_body.index,
     )
     init_fn = _function("mla_spec_builder_init", _args(*INIT_INPUTS), init_slice)
 
@@ -378,11 +387,15 @@ def extract(source: Source) -> Extracted:
     inline = None
     if "use_gluon_verify" not in present:
         impl = _find_class(tree, lambda c: _method(c, "forward_mqa") is not None)
-        inline = _inline_verify_test(_method(impl, "forward_mqa"))
+        inline = _inline_verify_test(_method(impl, "forward_mqa"), _defined_at_module(tree))
         if inline is None:
             raise SourceError(f"{label}: neither use_gluon_verify nor an inline verify test in forward_mqa")
         functions.append(
-            _function("mla_spec_inline_verify", _args("self", _metadata_local(inline)), [ast.Return(inline)])
+            _function(
+                "mla_spec_inline_verify",
+                _args("self", _metadata_local(label, inline, _module_or_stub(tree))),
+                [ast.Return(inline)],
+            )
         )
     for fn in functions:
         _check_safe(label, fn.name.replace("mla_spec_", ""), fn)
@@ -422,14 +435,38 @@ def _calls(node: ast.AST, name: str) -> bool:
     )
 
 
-def _persistent_gate_if(build: ast.FunctionDef) -> ast.If | None:
+def _early_returns(body: list[ast.stmt]) -> list[ast.stmt]:
+    """A method body with every ``if`` whose branch always leaves the method (return or raise) followed by
+    its ``else`` instead of enclosing it: ``if x: raise E`` ``else: S`` reads as ``if x: raise E`` then
+    ``S``, the same code in the early-return form every release 0.27.1-0.34.0 writes, so the gate and the
+    decisions are found at the method's top level either way.  The nodes are copies; ``body`` is kept."""
+    out: list[ast.stmt] = []
+    for stmt in body:
+        if isinstance(stmt, ast.If) and stmt.orelse and _leaves(stmt.body):
+            out.append(ast.If(test=stmt.test, body=stmt.body, orelse=[], lineno=stmt.lineno))
+            out += _early_returns(stmt.orelse)
+        else:
+            out.append(stmt)
+    return out
+
+
+def _leaves(block: list[ast.stmt]) -> bool:
+    """Whether a statement list always leaves its method: it ends in return or raise, or in an ``if`` whose
+    branches both do."""
+    last = block[-1] if block else None
+    if isinstance(last, (ast.Return, ast.Raise)):
+        return True
+    return isinstance(last, ast.If) and _leaves(last.body) and _leaves(last.orelse)
+
+
+def _persistent_gate_if(body: list[ast.stmt]) -> ast.If | None:
     """The statement of _build_decode whose test decides the persistent schedule: the top-level ``if`` whose
     body builds it (every release 0.27.1-0.34.0 tests one local there, ``use_persistent_metadata``, but any
     name or an inline condition is found the same way)."""
     return next(
         (
             s
-            for s in build.body
+            for s in body
             if isinstance(s, ast.If) and any(_calls(b, PERSISTENT_SCHEDULE_CALL) for b in s.body)
         ),
         None,
@@ -462,37 +499,92 @@ def _qlen_local(build: ast.FunctionDef, methods: dict[str, ast.FunctionDef]) -> 
     return QLEN
 
 
-def _decision_locals(build: ast.FunctionDef) -> dict[str, str]:
-    """The local of _build_decode that holds each decision of DECISION_FIELDS, by where it flows: the local
-    passed as that metadata field, or (``guards``) the local whose ``if`` computes the local passed as it."""
+def _decisions(
+    label: str, build: ast.FunctionDef, body: list[ast.stmt], before: list[ast.stmt]
+) -> dict[str, ast.expr]:
+    """Each decision of DECISION_FIELDS that _build_decode makes, as the expression that holds it, found by
+    where it flows: the local passed as that metadata field, or (``guards``) the test of the top-level
+    ``if`` that computes the local passed as it (a local, a call of a helper, any condition).  A field the
+    metadata is given but whose decision is made some other way, or after the persistent gate, is refused
+    naming it and its line: taken as "never", it would be a silently wrong route."""
     passed = {
-        kw.arg: kw.value.id
+        kw.arg: kw.value
         for n in ast.walk(build)
         if isinstance(n, ast.Call)
         for kw in n.keywords
         if kw.arg is not None and isinstance(kw.value, ast.Name)
     }
-    out: dict[str, str] = {}
+    out: dict[str, ast.expr] = {}
     for role, (field_name, guards) in DECISION_FIELDS.items():
-        local = passed.get(field_name)
-        if local is None:
-            continue
+        value = passed.get(field_name)
+        if value is None or (role == "use_segmented_dcp_verify" and "dcp_route" in out):
+            continue  # from 0.31 on the route decides the row view (dcp_verify); 0.29/0.30 have no route
+        assert isinstance(value, ast.Name)
+        local = value.id
+        setters = [s for s in body if local in _stored_names(s)]
+        gate = len(before)  # the persistent gate's index in body
+        decision: ast.expr | None = None
         if not guards:
-            out[role] = local
-            continue
-        guard = next(
-            (
-                s.test.id
-                for s in build.body
-                if isinstance(s, ast.If)
-                and isinstance(s.test, ast.Name)
-                and any(local in _stored_names(b) for b in s.body)
-            ),
-            None,
-        )
-        if guard is not None:
-            out[role] = guard
+            if setters and all(body.index(s) < gate for s in setters):
+                decision = ast.Name(local, ast.Load())
+        else:
+            setter = next((s for s in setters if isinstance(s, ast.If)), None)
+            if isinstance(setter, ast.If):
+                decision = _read_at_gate(setter.test, body, body.index(setter), gate)
+        if decision is None:
+            lines = ", ".join(str(s.lineno) for s in setters) or "none"
+            raise RefusedCode(
+                f"{label}: line {value.lineno}: the decode metadata's {field_name} is decided in a form "
+                f"outside the lifted subset (its {local} set by the statements at line {lines} of "
+                "_build_decode; the subset reads a top-level 'if' whose test the persistent gate can read, "
+                "or a local set before the gate); refused"
+            )
+        out[role] = decision
     return out
+
+
+def _read_at_gate(test: ast.expr, body: list[ast.stmt], at: int, gate: int) -> ast.expr | None:
+    """``test``, evaluated by the statement ``body[at]``, as the persistent gate (``body[gate]``) can read
+    it: the same expression where nothing between the two changes what it reads; where a temporary it
+    reads is set between them, after the gate (``t = cond`` then ``if t:``), with what it was set to.
+    None where neither holds."""
+    lo, hi = sorted((at, gate))
+    return _read_through(test, body[lo + 1 : hi], substitute=at > gate, fields=True)
+
+
+def _read_through(test: ast.expr, between: list[ast.stmt], substitute: bool, fields: bool) -> ast.expr | None:
+    """``test`` as read before the statements ``between``: unchanged where none of them changes what it
+    reads; else (``substitute``) with each local they set once (``t = v``, the last first) replaced by
+    ``v``, read before that statement in turn; without ``fields``, a field read ``t = x.y`` ends the
+    reading there, the test reading ``t``.  None where a statement changes what it reads some other way."""
+    while True:
+        changed = [s for s in between if _loads(test) & _stored_names(s)]
+        if not changed:
+            return test
+        last = changed[-1]
+        if not (isinstance(last, ast.Assign) and len(last.targets) == 1):
+            return None
+        (target,) = last.targets
+        if not (isinstance(target, ast.Name) and sum(target.id in _stored_names(s) for s in between) == 1):
+            return None
+        if not fields and isinstance(last.value, (ast.Attribute, ast.Subscript)):
+            return test  # where the test's data comes from: read there
+        if not substitute:
+            return None
+        test = _Substitute(target.id, last.value).visit(copy.deepcopy(test))
+        between = between[: between.index(last)]
+
+
+class _Substitute(ast.NodeTransformer):
+    """Every read of one local replaced by an expression."""
+
+    def __init__(self, name: str, value: ast.expr) -> None:
+        self.name, self.value = name, value
+
+    def visit_Name(self, node: ast.Name) -> ast.expr:
+        if node.id == self.name and isinstance(node.ctx, ast.Load):
+            return copy.deepcopy(self.value)
+        return node
 
 
 def _module_or_stub(tree: ast.Module) -> set[str]:
@@ -520,26 +612,51 @@ def _args(*names: str) -> ast.arguments:
     )
 
 
-def _metadata_local(test: ast.expr) -> str:
-    """The local of forward_mqa the inline verify test reads the step's query length from (``decode`` in
-    0.27.1 L1119, found by its ``.max_qo_len`` attribute, not by that name)."""
-    return next(
-        (
-            n.value.id
-            for n in ast.walk(test)
-            if isinstance(n, ast.Attribute) and n.attr == QLEN and isinstance(n.value, ast.Name)
-        ),
-        "decode",
-    )
+def _metadata_local(label: str, test: ast.expr, module: set[str]) -> str:
+    """The local of forward_mqa the inline verify test reads the step from (``decode`` in 0.27.1 L1119,
+    whatever it is called): the one local it reads besides ``self``; another is refused, naming them."""
+    read = sorted(_loads(test) - module - {"self", HELPER})
+    if len(read) != 1 or isinstance(test, ast.Name):  # a bare local: a temporary not read through
+        raise RefusedCode(
+            f"{label}: line {test.lineno}: forward_mqa's inline Gluon verify test reads "
+            f"{read or 'no local'}, not the one decode metadata local the lifted subset takes; refused"
+        )
+    return read[0]
 
 
-def _inline_verify_test(forward: ast.FunctionDef | None) -> ast.expr | None:
-    """The ``if`` test of forward_mqa that sends small-head multi-token verify to Gluon (vLLM 0.27)."""
+def _inline_verify_test(forward: ast.FunctionDef | None, module: dict[str, ast.stmt]) -> ast.expr | None:
+    """The test of forward_mqa that sends small-head multi-token verify to Gluon (vLLM 0.27, which has no
+    use_gluon_verify predicate), found by what it guards: the top-level ``if`` whose body loads the Gluon
+    kernel (GLUON_ENTRY_POINTS) and whose test does not read the metadata's ``use_gluon_decode`` field (the
+    decode branch's); a temporary it reads is read through (``t = cond`` then ``if t:``)."""
     if forward is None:
         return None
-    for n in ast.walk(forward):
-        if isinstance(n, ast.If):
-            src = ast.unparse(n.test)
-            if "max_qo_len" in src and "num_heads" in src and "use_gluon" not in src and ">" in src:
-                return n.test
+    body = _early_returns(forward.body)
+    for i, stmt in enumerate(body):
+        if not isinstance(stmt, ast.If):
+            continue
+        # the test with its temporaries read through (``t = cond`` then ``if t:``), not the field reads
+        # that give it the metadata (``decode = attn_metadata.decode``); which fields it reads, through both
+        test = _read_through(stmt.test, body[:i], substitute=True, fields=False) or stmt.test
+        whole = _read_through(stmt.test, body[:i], substitute=True, fields=True) or stmt.test
+        if any(
+            _calls(b, name) for b in stmt.body for name in GLUON_ENTRY_POINTS
+        ) and "use_gluon_decode" not in _attributes(whole, module):
+            return test
     return None
+
+
+def _attributes(node: ast.AST, module: dict[str, ast.stmt]) -> set[str]:
+    """The attributes ``node`` reads, with those of the module functions it calls, transitively."""
+    out: set[str] = set()
+    seen: set[str] = set()
+    todo = [node]
+    while todo:
+        for n in ast.walk(todo.pop()):
+            if isinstance(n, ast.Attribute):
+                out.add(n.attr)
+            elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id not in seen:
+                seen.add(n.func.id)
+                if isinstance(module.get(n.func.id), ast.FunctionDef):
+                    todo.append(module[n.func.id])
+    return out

@@ -50,7 +50,8 @@ from mla_model.revisions.dcp_era import DEFAULT_BLOCK_SIZE, asm_query_heads, fp8
 from mla_model.route import DCP_ROUTES, Route
 from mla_model.shape import FIELDS, KV_CACHE_DTYPES, Shape
 from spec.proof.terms import symbolic_shape
-from spec.realcode.extract import extract
+from spec.realcode.extract import RefusedCode, extract
+from spec.realcode.interpreter import RefusedAtRun
 from spec.realcode.knobs import ENVS, knobs_of, setting_label
 from spec.realcode.lifted_cache import lifted
 from spec.realcode.sandbox import LoadedCode, Platform, alarm_handler
@@ -365,6 +366,36 @@ def real_revision(
     every other one unset); the revision's id carries them in brackets (``FILE [VLLM_X=1]``)."""
     source = resolve(spec)
     return _real_revision(source, lifting, _stand_in(source, tree), tuple(setting))
+
+
+def refused_revision(spec: str, refusal: RefusedCode) -> Revision:
+    """A gate file whose routing code uses a construct outside the lifted subset (the refusal names it and
+    its line): a revision whose every question is that refusal, so check reports each result UNKNOWN with
+    it (never a pass, never another verdict) instead of ending on it."""
+    source = resolve(spec)
+
+    def route(s: Any, reg: Registry) -> Route:
+        raise RefusedAtRun(str(refusal))
+
+    revision = Revision(
+        id=source.label,
+        title=f"refused: {refusal}",
+        source=str(source.path),
+        route=route,
+        reorder_batch_threshold=reorder_batch_threshold,
+        is_valid_num_heads=lambda h: True,
+    )
+    _REFUSED[id(revision)] = (revision, str(refusal))
+    return revision
+
+
+_REFUSED: dict[int, tuple[Revision, str]] = {}  # by id(), each kept alive with its entry
+
+
+def refusal(revision: Revision) -> str | None:
+    """Why ``revision`` is a :func:`refused_revision` (None for any other)."""
+    entry = _REFUSED.get(id(revision))
+    return entry[1] if entry is not None and entry[0] is revision else None
 
 
 # The parts of each real revision the model stood in for, by the revision's id(): kept here, beside

@@ -81,6 +81,34 @@ def detailed_results(results: list[CheckResult], outcomes: list[Judged] | None) 
     ]
 
 
+def unknown_groups(results: list[CheckResult]) -> dict[tuple[str, str], list[CheckResult]]:
+    """The UNKNOWN results by (revision, reason): a file refused for one construct is UNKNOWN everywhere
+    for the same reason, said once."""
+    groups: dict[tuple[str, str], list[CheckResult]] = {}
+    for r in results:
+        if r.verdict == UNKNOWN:
+            groups.setdefault((r.revision, r.reason), []).append(r)
+    return groups
+
+
+def _surprise_lines(surprises: list[Any], console: Console, line: Any) -> None:
+    """A ``! revision / registry / invariant: ...`` line per surprise (``line`` writes it), except that the
+    UNKNOWN ones sharing a revision and a reason are one line, the reason said once above."""
+    grouped = {key: g for key, g in unknown_groups([o.result for o in surprises]).items() if len(g) > 1}
+    said: set[tuple[str, str]] = set()
+    for o in surprises:
+        key = (o.result.revision, o.result.reason)
+        if o.result.verdict != UNKNOWN or key not in grouped:
+            line(o)
+        elif key not in said:
+            said.add(key)
+            console.print(
+                f"  ! {escape(key[0])}: {label_count(len(grouped[key]), 'result')} UNKNOWN (the reason "
+                "above)",
+                soft_wrap=True,
+            )
+
+
 def _held_to_manifest(o: Judged) -> bool:
     return hasattr(o, "expected")
 
@@ -104,9 +132,19 @@ def check_table(
     for r in detailed:
         if r.verdict == VIOLATED:
             _violation(r, console, show, hit or {})
-        elif r.verdict == UNKNOWN:
+    for (revision, reason), group in unknown_groups(detailed).items():
+        if len(group) == 1:
+            (r,) = group
             where = escape(f"{r.revision} with {r.registry}: {r.reason}")
             console.print(f"\n[yellow]UNKNOWN[/] {r.invariant} on {where}")
+            continue
+        registries = ", ".join(dict.fromkeys(r.registry for r in group))
+        console.print(
+            f"\n[yellow]UNKNOWN[/] {label_count(len(group), 'result')} on {escape(revision)} "
+            f"({label_count(len({r.invariant for r in group}), 'invariant')} with {registries}): "
+            f"{escape(reason)}",
+            soft_wrap=True,
+        )
     manifest = [o for o in outcomes or [] if _held_to_manifest(o)]
     if manifest:
         expectation_summary(manifest, console)
@@ -209,7 +247,8 @@ def expectation_summary(outcomes: list[Outcome], console: Console) -> None:
     console.print(
         f"\n[bold magenta]{label_count(len(surprises), 'surprise')}[/] against {manifest}:", soft_wrap=True
     )
-    for o in surprises:
+
+    def line(o: Outcome) -> None:
         r, e = o.result, o.expected
         want = f"expected {e.verdict} (row {e.row}: {escape(e.reason)})" if e else "no row expects it"
         level = " [dim](warning: does not change the exit status)[/]" if not o.counts else ""
@@ -217,6 +256,8 @@ def expectation_summary(outcomes: list[Outcome], console: Console) -> None:
             f"  ! {escape(r.revision)} / {r.registry} / {r.invariant}: {r.verdict}, {want}{level}",
             soft_wrap=True,
         )
+
+    _surprise_lines(surprises, console, line)
 
 
 def baseline_lines(
@@ -261,7 +302,9 @@ def baseline_lines(
                 f"    [dim]({label_count(len(in_place), 'GONE class')} replaced by NEW ones of the same "
                 "view, above)[/]"
             )
-    same = [o for o in outcomes if not (o.new or o.gone or o.grown is not None)]
+    same = [
+        o for o in outcomes if not (o.new or o.gone or o.grown is not None or o.result.verdict == UNKNOWN)
+    ]
     if same:
         console.print(
             f"  {'other results' if changed else 'results'} as the baseline's: "
@@ -282,7 +325,8 @@ def baseline_lines(
         f"{escape(b.label)} ({new} NEW, {gone} GONE):",
         soft_wrap=True,
     )
-    for o in surprises:
+
+    def line(o: BaselineOutcome) -> None:
         r = o.result
         what = (
             f"UNKNOWN ({escape(r.reason)})"
@@ -297,6 +341,8 @@ def baseline_lines(
         console.print(
             f"  ! {escape(r.revision)} / {r.registry} / {r.invariant}: {what}{level}", soft_wrap=True
         )
+
+    _surprise_lines(surprises, console, line)
 
 
 def _grown_line(grown: Any, console: Console) -> None:
