@@ -149,8 +149,10 @@ def test_disabling_the_v_scale_fix_passes_the_proof_and_is_caught_executed(tmp_p
 @pytest.mark.network
 @needs_torch
 def test_fp8_let_through_to_gluon_runs_it_with_kv_scale_one_as_the_executed_file_shows(tmp_path):
-    """Issue 24's example: the lifted gates pass the cache's KV scale to Gluon; the executed file calls
-    mla_gluon with kv_scale=1.0.  The route change is found by z3 and run around in a second child."""
+    """Issue 24's example: the lifted gates once passed the cache's KV scale to Gluon (they read the text of
+    forward_mqa, and 0.34.0 moved its body into _forward_mqa), while the executed file calls mla_gluon with
+    kv_scale=1.0: 200 kv_scale disagreements.  Read from the methods forward_mqa calls, the proof says what
+    the file does; the route change is found by z3 and run around in a second child, which agrees."""
     path = _edited(tmp_path, FP8_GUARD, FP8_GUARD.replace("if is_quantized", "if not is_quantized"))
     r = run(
         "check",
@@ -163,9 +165,43 @@ def test_fp8_let_through_to_gluon_runs_it_with_kv_scale_one_as_the_executed_file
         "json",
     )
     assert r.returncode == 1
-    (judged,) = json.loads(r.stdout)["executed"]
-    assert "path" in judged["differing_fields"] and judged["witnesses"] > 0
+    out = json.loads(r.stdout)
+    (judged,) = out["executed"]
+    assert {"path", "kv_scale"} <= set(judged["differing_fields"]) and judged["witnesses"] > 0
     assert judged["children"] == 2 and judged["near_witnesses"] > 0
-    kv = [d for d in judged["disagreements"] if d["field"] == "kv_scale"]
-    assert kv and all(d["executed"] == 1.0 and d["model"] == 0.5 for d in kv)
-    assert all(d["shape"]["kv_cache_dtype"].startswith("fp8") for d in kv)
+    assert judged["disagreements"] == []
+    (result,) = out["results"]
+    assert result["baseline"]["new"] > 0
+    assert all("with kv_scale=1.0" in c["symptom"] for c in result["counterexamples"])
+
+
+# 0.34.0's builder asks use_gluon_decode with its own arguments (L1903-1908)
+GLUON_CALL_SITE = (
+    "        use_gluon_decode = AiterMLAHelper.use_gluon_decode(\n"
+    "            self._decode_num_heads,\n"
+    "            int(max_qo_len),\n"
+    "            self._kv_cache_dtype_str,\n"
+)
+
+
+@pytest.mark.network
+@needs_torch
+def test_the_builders_own_call_site_arguments_decide_the_gluon_route(tmp_path):
+    """Issue 24 item 3: the builder passing the predicate "auto" for drafter steps lets fp8 reach Gluon.
+    The lifted gates once called the predicate with the harness's arguments, so the proof missed it and the
+    executed file disagreed on 200 paths; now the decision is the builder's own local (the metadata's
+    use_gluon_decode), the proof finds the classes and the executed file agrees."""
+    edited = GLUON_CALL_SITE.replace(
+        "self._kv_cache_dtype_str,",
+        '"auto" if self.reorder_batch_threshold > 1 else self._kv_cache_dtype_str,',
+    )
+    path = _edited(tmp_path, GLUON_CALL_SITE, edited)
+    args = ["--registry", "aiter-0.1.20", "--invariant", "fp8-never-reaches-gluon", "--format", "json"]
+    r = run("check", path, *args)
+    assert r.returncode == 1
+    out = json.loads(r.stdout)
+    (result,) = out["results"]
+    assert result["verdict"] == "VIOLATED" and result["baseline"]["new"] > 0
+    drafted = [c for c in result["counterexamples"] if c["baseline_state"] == "new"]
+    assert drafted and all(c["shape"]["spec_method"] != "none" for c in drafted)
+    assert out["executed"][0]["ran"] and out["executed"][0]["disagreements"] == []

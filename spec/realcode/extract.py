@@ -44,19 +44,22 @@ PREDICATES = (
     "get_mla_unpadded_o",
     "has_fp8_non_causal_qlen2_kernel",
 )
-# The decisions of _build_decode besides the persistent gate that decide the path (returned with it, under
-# these vLLM names whatever the file calls its locals): 0.34's Triton verify, the DCP route (0.31 on) and the
-# segmented DCP verify flag (0.29/0.30).
-PATH_LOCALS = ("use_triton_verify", "dcp_route", "use_segmented_dcp_verify")
-# Where each decision flows to (so a renamed local is still found): the AITER entry point the persistent gate
-# guards, and the decode metadata's fields (vLLM's dataclass, read by forward_mqa) the other decisions feed.
-# dcp_route is such a field itself (0.31.0 L1480); the Triton verify decides whether the metadata's kv-split
-# count is computed (0.34.0 L1936), the segmented flag whether its row-view dcp_verify is (0.29.0 L1101).
+# The decisions of _build_decode besides the persistent gate that decide the path, returned with it under
+# these vLLM names whatever the file calls its locals: the two Gluon decisions as the builder makes them (its
+# own call sites' arguments, 0.34.0 L1903-1914), 0.34's Triton verify, the DCP route (0.31 on) and the
+# segmented DCP verify flag (0.29/0.30).  Where each flows to (so a renamed local is still found): the AITER
+# entry point the persistent gate guards, and the decode metadata's fields (vLLM's dataclass, read by
+# forward_mqa) the other decisions feed.  use_gluon_decode, use_gluon_verify (0.29 on) and dcp_route are such
+# fields themselves (0.34.0 L2180-2181, 0.31.0 L1480); the Triton verify decides whether the metadata's
+# kv-split count is computed (0.34.0 L1936), the segmented flag whether its row-view dcp_verify is (0.29.0
+# L1101).
 PERSISTENT_SCHEDULE_CALL = "get_mla_metadata_v1"
 # What loads or is the Gluon MLA kernel forward_mqa calls: vLLM's loader (0.27.1 L1131) and AITER's entry
 # points it returns (aiter.ops.triton.gluon: mla_gluon, the older mla_decode_gluon).
 GLUON_ENTRY_POINTS = ("_get_mla_gluon", "mla_gluon", "mla_decode_gluon")
 DECISION_FIELDS = {
+    "use_gluon_decode": ("use_gluon_decode", False),
+    "use_gluon_verify": ("use_gluon_verify", False),
     "dcp_route": ("dcp_route", False),
     "use_triton_verify": ("triton_verify_num_kv_splits", True),
     "use_segmented_dcp_verify": ("dcp_verify", True),
@@ -162,10 +165,15 @@ class Extracted:
     label: str
     module: ast.Module  # the taken definitions plus three synthesised functions
     predicates: tuple[str, ...]  # AiterMLAHelper predicates present in this release
-    forward_source: str  # forward_mqa's source, for facts read off the text (kv_scale=1.0)
+    # forward_mqa's source with the impl's methods it calls (0.34's body is _forward_mqa), for facts read
+    # off the text (kv_scale=1.0)
+    forward_source: str
     init_attrs: tuple[str, ...] = field(
         default_factory=tuple
     )  # builder attributes computed by the init slice
+    # whether the attention impl (the class with forward_mqa) calls use_gluon_verify itself (0.28.0 L1234);
+    # from 0.29 it reads the builder's decision off the decode metadata
+    impl_calls_verify: bool = False
 
 
 def _loads(node: ast.AST) -> set[str]:
@@ -422,8 +430,33 @@ def extract(source: Source) -> Extracted:
     impl = _find_class(tree, lambda c: _method(c, "forward_mqa") is not None)
     forward = _method(impl, "forward_mqa")
     return Extracted(
-        label, module, present, ast.unparse(forward) if forward else "", tuple(sorted(init_attrs))
+        label,
+        module,
+        present,
+        "\n\n".join(ast.unparse(m) for m in _called_methods(impl, forward)),
+        tuple(sorted(init_attrs)),
+        impl is not None and _calls(impl, "use_gluon_verify"),
     )
+
+
+def _called_methods(cls: ast.ClassDef | None, method: ast.FunctionDef | None) -> list[ast.FunctionDef]:
+    """``method`` and the methods of ``cls`` it calls on ``self``, transitively, in the class's order."""
+    if cls is None or method is None:
+        return []
+    methods = {m.name: m for m in cls.body if isinstance(m, ast.FunctionDef)}
+    taken, todo = {method.name}, [method]
+    while todo:
+        for n in ast.walk(todo.pop()):
+            if (
+                isinstance(n, ast.Attribute)
+                and isinstance(n.value, ast.Name)
+                and n.value.id == "self"
+                and n.attr in methods
+                and n.attr not in taken
+            ):
+                taken.add(n.attr)
+                todo.append(methods[n.attr])
+    return [m for m in methods.values() if m.name in taken]
 
 
 def _calls(node: ast.AST, name: str) -> bool:
@@ -512,14 +545,18 @@ def _decisions(
         for n in ast.walk(build)
         if isinstance(n, ast.Call)
         for kw in n.keywords
-        if kw.arg is not None and isinstance(kw.value, ast.Name)
+        if kw.arg in {field_name for field_name, _ in DECISION_FIELDS.values()}
     }
     out: dict[str, ast.expr] = {}
     for role, (field_name, guards) in DECISION_FIELDS.items():
         value = passed.get(field_name)
         if value is None or (role == "use_segmented_dcp_verify" and "dcp_route" in out):
             continue  # from 0.31 on the route decides the row view (dcp_verify); 0.29/0.30 have no route
-        assert isinstance(value, ast.Name)
+        if not isinstance(value, ast.Name):
+            raise RefusedCode(
+                f"{label}: line {value.lineno}: the decode metadata's {field_name} is passed an expression, "
+                "not a local of _build_decode, which is outside the lifted subset; refused"
+            )
         local = value.id
         setters = [s for s in body if local in _stored_names(s)]
         gate = len(before)  # the persistent gate's index in body

@@ -192,20 +192,30 @@ class RealGates:
         except ValueError:  # 0.33.0+: DCP verify with no cprr head count and no segmented MLA
             return self._raising(heads)
         H = getattr(b, "_decode_num_heads", heads)
-        common = dict(
-            num_heads=H, max_qo_len=qlen, dcp_world_size=dcp, causal=causal, kv_cache_bytes=kv_bytes
-        )
-        gd = self.code.call("use_gluon_decode", kv_cache_dtype=builder_dtype, **common)
-        if self.has_verify:
-            builder_gv = self.code.call("use_gluon_verify", kv_cache_dtype=builder_dtype, **common)
-            impl_gv = self.code.call("use_gluon_verify", kv_cache_dtype=raw_dtype, **common)
-        else:
-            builder_gv = None
-            impl_gv = self.code.inline_verify(types.SimpleNamespace(num_heads=heads), qlen)
         try:
             gate, path_locals = self.code.persistent_gate(b, qlen)
         except RuntimeError:  # 0.31.0+ _select_dcp_decode_route: no route for a DCP multi-token step
             return self._raising(heads, H)
+        common = dict(
+            num_heads=H, max_qo_len=qlen, dcp_world_size=dcp, causal=causal, kv_cache_bytes=kv_bytes
+        )
+        # The Gluon decisions as the builder's own call sites make them (the metadata's fields), else (a
+        # release whose metadata lacks the field) the predicate called as those releases call it.
+        gd = path_locals.get("use_gluon_decode")
+        if gd is None:
+            gd = self.code.call("use_gluon_decode", kv_cache_dtype=builder_dtype, **common)
+        if self.has_verify:
+            builder_gv = path_locals.get("use_gluon_verify")
+            if builder_gv is None:
+                builder_gv = self.code.call("use_gluon_verify", kv_cache_dtype=builder_dtype, **common)
+            impl_gv = (
+                self.code.call("use_gluon_verify", kv_cache_dtype=raw_dtype, **common)
+                if self.extracted.impl_calls_verify
+                else builder_gv  # forward_mqa reads the decode metadata's use_gluon_verify
+            )
+        else:
+            builder_gv = None
+            impl_gv = self.code.inline_verify(types.SimpleNamespace(num_heads=heads), qlen)
         droute = self._dcp_route(path_locals)
         # 0.29/0.30 raise in forward_mqa (not lifted; its test, 0.29.0 L1886-1890) for a DCP multi-token step
         # that neither Gluon branch nor the segmented verify takes.
