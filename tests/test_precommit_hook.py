@@ -119,7 +119,7 @@ def test_try_repo_fails_a_gate_change_that_breaks_an_invariant_and_names_the_sur
     assert re.search(r"\d+ surprises against the baseline vllm==0\.34\.0 \(\d+ NEW, \d+ GONE\):", r.stdout), (
         out
     )
-    surprise = f"! {RELATIVE_PATH} / aiter-0.1.20 / fp8-never-reaches-gluon: 1 NEW class"
+    surprise = f"! {RELATIVE_PATH} / aiter-0.1.20 / fp8-never-reaches-gluon: 2 NEW classes"
     assert surprise in r.stdout, out
     # The how-to shows this run's output as what a failure looks like: it must still be what the hook prints.
     recorded = RECORDED.search(HOWTO.read_text())
