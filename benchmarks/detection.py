@@ -81,6 +81,8 @@ FP8_GUARD_34 = (
 MODE_34 = '        mode = _aiter_mla_small_head_mode()\n        if mode == "asm":\n            return False\n'
 PS_FP8_34 = "                or is_quantized_kv_cache(self._kv_cache_dtype_str)\n            )\n            and max_qo_len >= 1"
 V_SCALE_34 = "            fp8_v_scale_fix=(\n                has_persistent_metadata\n"
+PROBE_RANGE_END_34 = "                    + 1,\n                )\n                if _aiter"
+SIZED_QLENS_34 = "            for qlen in range(1, self._mtp_decode_qlen + 1)\n"
 CDNA3_FP8_34 = "    if is_quantized_kv_cache(kv_cache_dtype):\n        return AiterMLAHelper.get_actual_mla_num_heads(decode_num_heads) != 128\n"
 # 0.28.0 anchors
 PS_GATE_28 = "                or max_qo_len <= AiterMLAHelper._ASM_PADDED_MAX_PS_QLEN\n                or is_quantized_kv_cache(self._kv_cache_dtype_str)\n"
@@ -198,6 +200,30 @@ CORPUS: tuple[Edit, ...] = (
         CHANGES,
         "stop applying the fp8 V-scale fix",
         (V_SCALE_34, V_SCALE_34.replace("has_persistent", "False and has_persistent"), 1),
+        expect=("kv-scale-applied",),
+    ),
+    _e(
+        "v-scale-probe-range-short",
+        "0.34.0",
+        CHANGES,
+        "probe the V scale one qlen short (range end min(_mtp_decode_qlen, 4) + 0)",
+        (PROBE_RANGE_END_34, PROBE_RANGE_END_34.replace("+ 1,", "+ 0,"), 1),
+        expect=("kv-scale-applied",),
+    ),
+    _e(
+        "v-scale-probe-bf16-query",
+        "0.34.0",
+        CHANGES,
+        "ask the V-scale probe about the bf16-query kernel",
+        ('heads, qlen, self._kv_cache_dtype_str == "fp8"', "heads, qlen, False", 1),
+        expect=("kv-scale-applied",),
+    ),
+    _e(
+        "buffers-sized-one-qlen-short",
+        "0.34.0",
+        CHANGES,
+        "size the persistent buffers up to _mtp_decode_qlen - 1",
+        (SIZED_QLENS_34, SIZED_QLENS_34.replace("+ 1)", "- 1, 1) + 1)").replace("range(1, ", "range(1, max("), 1),
         expect=("executed",),
     ),
     _e(

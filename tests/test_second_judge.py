@@ -1,8 +1,9 @@
 """check's second judge: a gate file in a vLLM tree executed against its own lifted gates (issue 24, item 4).
 
-The proof describes the gates lifted from the file.  Where lifting takes a part from the model (0.34.0's
-V-scale fix is the model's formula wherever the file mentions ``fp8_v_scale_fix``) or lifts it wrongly,
-only the executed file shows it: ``check`` then exits 1 naming the field, both values and a shape.
+The proof describes the gates lifted from the file.  Where lifting takes a part from the model (the
+persistent buffers' sizing: the metadata qlen is the lifted ``_mtp_decode_qlen``, whatever qlens the file's
+``__init__`` sizes the buffers for) or lifts it wrongly, only the executed file shows it: ``check`` then exits
+1 naming the field, both values and a shape.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ HAS_TORCH = importlib.util.find_spec("torch") is not None
 needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="executing a release needs torch")
 # 0.34.0's _build_decode: the V-scale fix the decode step applies (L2184-2186).
 V_SCALE_FIX = "            fp8_v_scale_fix=(\n                has_persistent_metadata\n"
+# 0.34.0's __init__: the persistent buffers are sized for every qlen up to _mtp_decode_qlen (L1256-1273).
+SIZED_QLENS = "            for qlen in range(1, self._mtp_decode_qlen + 1)\n"
 # 0.34.0's use_gluon_decode: fp8 never reaches Gluon (L2571-2572); negated, it does, with kv_scale=1.0.
 FP8_GUARD = "        if is_quantized_kv_cache(kv_cache_dtype):\n            return False\n        mode ="
 
@@ -119,10 +122,12 @@ def test_the_unedited_file_in_its_tree_agrees_with_its_lifted_gates_on_every_sha
 
 @pytest.mark.network
 @needs_torch
-def test_disabling_the_v_scale_fix_passes_the_proof_and_is_caught_executed(tmp_path):
-    """The lifted gates take the V-scale fix from the model (the file mentions fp8_v_scale_fix), so the
-    proof cannot see the edit: without the second judge check exits 0."""
-    path = _edited(tmp_path, V_SCALE_FIX, V_SCALE_FIX.replace("has_persistent", "False and has_persistent"))
+def test_buffers_sized_one_qlen_short_pass_the_proof_and_are_caught_executed(tmp_path):
+    """The buffer sizing is the model's (the metadata qlen is the lifted _mtp_decode_qlen), so the proof
+    cannot see buffers sized one qlen short of the longest drafter step: without the second judge check
+    exits 0; executed, the sizing calls stop one short."""
+    short = SIZED_QLENS.replace("self._mtp_decode_qlen + 1", "max(self._mtp_decode_qlen - 1, 1) + 1")
+    path = _edited(tmp_path, SIZED_QLENS, short)
     args = [str(path), "--registry", "aiter-0.1.20", "--invariant", "total"]
     # first, from an empty threshold cache entry: a relative path runs as the absolute one (the threshold's
     # child once got it relative, in its scratch folder, and 0.28.0's formula stood in: hundreds of
@@ -132,18 +137,33 @@ def test_disabling_the_v_scale_fix_passes_the_proof_and_is_caught_executed(tmp_p
         for p in (path.relative_to(tmp_path), path)
     ]
     assert by_path[0]["disagreements_by_field"] == by_path[1]["disagreements_by_field"]
-    assert set(by_path[0]["disagreements_by_field"]) == {"v_scale_fix"}
+    assert set(by_path[0]["disagreements_by_field"]) == {"metadata_qlen"}
     assert run("check", *args, "--no-execute").returncode == 0
     r = run("check", *args)
     flat = " ".join(r.stdout.split())
     assert r.returncode == 1, flat
     assert "disagreements with the lifted gates (a surprise" in flat
-    assert "v_scale_fix: the lifted gates say True; the executed file gives False (" in flat
-    assert "kv=fp8" in flat.split("v_scale_fix: the lifted gates say True")[1]
+    assert "metadata_qlen: the lifted gates say 3; the executed file gives 2 (" in flat
     sarif = json.loads(run("check", *args, "--format", "sarif").stdout)["runs"][0]
     errors = [x for x in sarif["results"] if x["ruleId"] == "executed-disagreement"]
     assert errors and all(x["level"] == "error" and x["baselineState"] == "new" for x in errors)
     assert sarif["tool"]["driver"]["rules"][-1]["id"] == "executed-disagreement"
+
+
+@pytest.mark.network
+@needs_torch
+def test_disabling_the_v_scale_fix_is_proved_and_the_executed_file_agrees(tmp_path):
+    """The V-scale fix is read from the file (spec.realcode.v_scale): switched off, the proof finds the
+    fp8 steps whose V now misses the cache's scale (NEW kv-scale-applied classes), and the executed file
+    agrees with the lifted gates on every shape."""
+    path = _edited(tmp_path, V_SCALE_FIX, V_SCALE_FIX.replace("has_persistent", "False and has_persistent"))
+    r = run(
+        "check", path, "--registry", "aiter-0.1.20", "--invariant", "kv-scale-applied", "--format", "json"
+    )
+    assert r.returncode == 1, r.stderr
+    data = json.loads(r.stdout)
+    assert sum(x["baseline"]["new"] for x in data["results"] if x["invariant"] == "kv-scale-applied") > 0
+    assert data["executed"][0]["ran"] and data["executed"][0]["disagreements_by_field"] == {}
 
 
 @pytest.mark.network

@@ -176,7 +176,7 @@ class Extracted:
     impl_calls_verify: bool = False
 
 
-def _loads(node: ast.AST) -> set[str]:
+def names_read(node: ast.AST) -> set[str]:
     """Names read in ``node`` that it does not bind itself (parameters, assignments, comprehensions)."""
     bound: set[str] = set()
     read: set[str] = set()
@@ -202,7 +202,7 @@ def _helper_refs(node: ast.AST) -> set[str]:
     }
 
 
-def _self_attrs(node: ast.AST, ctx=ast.Load) -> set[str]:
+def self_attrs(node: ast.AST, ctx=ast.Load) -> set[str]:
     return {
         n.attr
         for n in ast.walk(node)
@@ -213,11 +213,11 @@ def _self_attrs(node: ast.AST, ctx=ast.Load) -> set[str]:
     }
 
 
-def _stored_names(node: ast.AST) -> set[str]:
+def stored_names(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
 
 
-def _check_safe(label: str, where: str, node: ast.AST) -> None:
+def check_safe(label: str, where: str, node: ast.AST) -> None:
     os_reads = {
         id(n.value)
         for n in ast.walk(node)
@@ -247,7 +247,7 @@ def _check_safe(label: str, where: str, node: ast.AST) -> None:
                 )
 
 
-def _defined_at_module(tree: ast.Module) -> dict[str, ast.stmt]:
+def defined_at_module(tree: ast.Module) -> dict[str, ast.stmt]:
     out: dict[str, ast.stmt] = {}
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -261,33 +261,67 @@ def _defined_at_module(tree: ast.Module) -> dict[str, ast.stmt]:
     return out
 
 
-def _find_class(tree: ast.Module, predicate) -> ast.ClassDef | None:
+def find_class(tree: ast.Module, predicate) -> ast.ClassDef | None:
     return next((n for n in tree.body if isinstance(n, ast.ClassDef) and predicate(n)), None)
 
 
-def _method(cls: ast.ClassDef | None, name: str) -> ast.FunctionDef | None:
+def method_named(cls: ast.ClassDef | None, name: str) -> ast.FunctionDef | None:
     if cls is None:
         return None
     return next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
 
 
-def _backward_slice(
+def backward_slice(
     label: str, body: list[ast.stmt], needed: set[str], inputs: tuple[str, ...], where: str
 ) -> list[ast.stmt]:
     """The statements of ``body`` (in order) that compute ``needed`` local names."""
     needed = set(needed) - set(inputs)
     taken: list[ast.stmt] = []
     for stmt in reversed(body):
-        defines = _stored_names(stmt)
+        defines = stored_names(stmt)
         if not defines & needed:
             continue
         taken.append(stmt)
         simple = isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt in body
         if simple:
             needed -= defines
-        needed |= _loads(stmt) - set(inputs)
+        needed |= names_read(stmt) - set(inputs)
     taken.reverse()
     return taken
+
+
+def builder_init_slice(
+    label: str, init_body: list[ast.stmt], wanted: set[str], known: set[str], reader: str, tree: ast.Module
+) -> tuple[list[ast.stmt], set[str]]:
+    """The statements of the builder's ``__init__`` (``init_body``) that set the attributes ``wanted`` but
+    ``known`` (the harness's, or those computed already), then those the statements read in turn, with the
+    locals they read computed anywhere before the last of them (0.34.0 sets the cache dtype between its DCP
+    statements); in order, and with the attributes taken.  An attribute ``__init__`` never sets is refused,
+    naming ``reader``, which reads it."""
+    taken: list[ast.stmt] = []
+    attrs: set[str] = set()
+    wanted = set(wanted) - known
+    while wanted - attrs:
+        attr = sorted(wanted - attrs)[0]
+        attrs.add(attr)
+        stmts = [s for s in init_body if attr in self_attrs(s, ast.Store)]
+        if not stmts:
+            raise RefusedCode(
+                f"{label}: {reader} reads self.{attr}, which the builder's __init__ never sets "
+                "and the harness does not model"
+            )
+        for s in stmts:
+            if s not in taken:
+                taken.append(s)
+            wanted |= self_attrs(s) - known
+    if not taken:
+        return [], attrs
+    taken.sort(key=init_body.index)
+    locals_needed = set().union(*(names_read(s) for s in taken)) - module_or_stub(tree) - {HELPER}
+    last = max(init_body.index(s) for s in taken)
+    earlier = [s for s in init_body[:last] if s not in taken]
+    sliced = backward_slice(label, earlier, locals_needed, INIT_INPUTS, "__init__")
+    return sorted(sliced + taken, key=init_body.index), attrs
 
 
 def extract(source: Source) -> Extracted:
@@ -296,7 +330,7 @@ def extract(source: Source) -> Extracted:
         tree = ast.parse(text, filename=label)
     except SyntaxError as e:
         raise SourceError(f"{label}: syntax error at line {e.lineno}: {e.msg}") from None
-    helper = _find_class(tree, lambda c: c.name == HELPER)
+    helper = find_class(tree, lambda c: c.name == HELPER)
     if helper is None:
         raise SourceError(f"{label}: no class {HELPER}; not a vLLM ROCm AITER MLA backend file")
 
@@ -318,16 +352,16 @@ def extract(source: Source) -> Extracted:
         name=HELPER, bases=[], keywords=[], body=pruned_body or [ast.Pass()], decorator_list=[]
     )
     for member in pruned_body:
-        _check_safe(label, f"{HELPER}.{getattr(member, 'name', 'constant')}", member)
+        check_safe(label, f"{HELPER}.{getattr(member, 'name', 'constant')}", member)
 
     # 2. The builder slices and the inline verify.
-    builder = _find_class(tree, lambda c: _method(c, "_build_decode") is not None)
-    build = _method(builder, "_build_decode")
-    init = _method(builder, "__init__")
+    builder = find_class(tree, lambda c: method_named(c, "_build_decode") is not None)
+    build = method_named(builder, "_build_decode")
+    init = method_named(builder, "__init__")
     if build is None or init is None:
         raise SourceError(f"{label}: no metadata builder with __init__ and _build_decode")
-    build_body = _early_returns(build.body)
-    gate_if = _persistent_gate_if(build_body)
+    build_body = early_returns(build.body)
+    gate_if = persistent_gate_if(build_body)
     if gate_if is None:
         raise SourceError(
             f"{label}: _build_decode calls no {PERSISTENT_SCHEDULE_CALL} under an 'if' (the persistent gate)"
@@ -335,10 +369,10 @@ def extract(source: Source) -> Extracted:
     before = build_body[: build_body.index(gate_if)]
     path_decisions = _decisions(label, build, build_body, before)
     build_inputs = ("self", _qlen_local(build, methods))
-    build_slice = _backward_slice(
+    build_slice = backward_slice(
         label,
         before,
-        _loads(gate_if.test).union(*(_loads(d) for d in path_decisions.values())),
+        names_read(gate_if.test).union(*(names_read(d) for d in path_decisions.values())),
         build_inputs,
         "_build_decode",
     )
@@ -352,67 +386,44 @@ def extract(source: Source) -> Extracted:
         ],
         ctx=ast.Load(),
     )
-    build_fn = _function(
-        "mla_spec_persistent_gate", _args(*build_inputs), [*build_slice, ast.Return(returned)]
+    build_fn = plain_function(
+        "mla_spec_persistent_gate", plain_args(*build_inputs), [*build_slice, ast.Return(returned)]
     )
-    missing = _loads(build_fn) - _module_or_stub(tree) - {HELPER}
+    missing = names_read(build_fn) - module_or_stub(tree) - {HELPER}
     if missing:
         raise RefusedCode(
             f"{label}: the persistent gate reads {sorted(missing)}, "
             "which neither the slice nor the stubs define"
         )
 
-    wanted_attrs = (_self_attrs(build_fn) - set(HARNESS_BUILDER_ATTRS)) | {"_mtp_decode_qlen"}
-    init_body = _early_returns(init.body)
-    init_slice: list[ast.stmt] = []
-    init_attrs: set[str] = set()
-    while wanted_attrs - init_attrs:
-        attr = sorted(wanted_attrs - init_attrs)[0]
-        init_attrs.add(attr)
-        stmts = [s for s in init_body if attr in _self_attrs(s, ast.Store)]
-        if not stmts:
-            raise RefusedCode(
-                f"{label}: the gate reads self.{attr}, which the builder's __init__ never sets "
-                "and the harness does not model"
-            )
-        for s in stmts:
-            if s not in init_slice:
-                init_slice.append(s)
-            wanted_attrs |= _self_attrs(s) - set(HARNESS_BUILDER_ATTRS)
-    init_slice.sort(key=init_body.index)
-    locals_needed = set().union(*(_loads(s) for s in init_slice)) - _module_or_stub(tree) - {HELPER}
-    # The locals those statements read, computed anywhere before the last of them (0.34.0 sets the cache dtype
-    # between its DCP statements).
-    last = max(init_body.index(s) for s in init_slice)
-    earlier = [s for s in init_body[:last] if s not in init_slice]
-    init_slice = sorted(
-        _backward_slice(label, earlier, locals_needed, INIT_INPUTS, "__init__") + init_slice,
-        key=init_body.index,
+    wanted_attrs = (self_attrs(build_fn) - set(HARNESS_BUILDER_ATTRS)) | {"_mtp_decode_qlen"}
+    init_slice, init_attrs = builder_init_slice(
+        label, early_returns(init.body), wanted_attrs, set(HARNESS_BUILDER_ATTRS), "the gate", tree
     )
-    init_fn = _function("mla_spec_builder_init", _args(*INIT_INPUTS), init_slice)
+    init_fn = plain_function("mla_spec_builder_init", plain_args(*INIT_INPUTS), init_slice)
 
     functions = [build_fn, init_fn]
     inline = None
     if "use_gluon_verify" not in present:
-        impl = _find_class(tree, lambda c: _method(c, "forward_mqa") is not None)
-        inline = _inline_verify_test(_method(impl, "forward_mqa"), _defined_at_module(tree))
+        impl = find_class(tree, lambda c: method_named(c, "forward_mqa") is not None)
+        inline = _inline_verify_test(method_named(impl, "forward_mqa"), defined_at_module(tree))
         if inline is None:
             raise SourceError(f"{label}: neither use_gluon_verify nor an inline verify test in forward_mqa")
         functions.append(
-            _function(
+            plain_function(
                 "mla_spec_inline_verify",
-                _args("self", _metadata_local(label, inline, _module_or_stub(tree))),
+                plain_args("self", _metadata_local(label, inline, module_or_stub(tree))),
                 [ast.Return(inline)],
             )
         )
     for fn in functions:
-        _check_safe(label, fn.name.replace("mla_spec_", ""), fn)
+        check_safe(label, fn.name.replace("mla_spec_", ""), fn)
     body: list[ast.stmt] = [pruned, *functions]
 
     # 3. Module-level definitions reached from everything taken, transitively.
-    module_defs = _defined_at_module(tree)
+    module_defs = defined_at_module(tree)
     taken: dict[str, ast.stmt] = {}
-    frontier_names = set().union(*(_loads(n) for n in body))
+    frontier_names = set().union(*(names_read(n) for n in body))
     while frontier_names:
         name = frontier_names.pop()
         if name in taken or name == HELPER or name in STUB_NAMES or name in SAFE_BUILTIN_NAMES:
@@ -420,22 +431,22 @@ def extract(source: Source) -> Extracted:
         node = module_defs.get(name)
         if node is None or isinstance(node, (ast.Import, ast.ImportFrom)):
             raise RefusedCode(f"{label}: the gate code reaches {name!r}, which is outside the stub set")
-        _check_safe(label, name, node)
+        check_safe(label, name, node)
         taken[name] = node
-        frontier_names |= _loads(node)
+        frontier_names |= names_read(node)
     order = {id(n): i for i, n in enumerate(tree.body)}
     module_nodes = sorted({id(n): n for n in taken.values()}.values(), key=lambda n: order[id(n)])
     module = ast.Module(body=[*module_nodes, *body], type_ignores=[])
     ast.fix_missing_locations(module)
-    impl = _find_class(tree, lambda c: _method(c, "forward_mqa") is not None)
-    forward = _method(impl, "forward_mqa")
+    impl = find_class(tree, lambda c: method_named(c, "forward_mqa") is not None)
+    forward = method_named(impl, "forward_mqa")
     return Extracted(
         label,
         module,
         present,
         "\n\n".join(ast.unparse(m) for m in _called_methods(impl, forward)),
         tuple(sorted(init_attrs)),
-        impl is not None and _calls(impl, "use_gluon_verify"),
+        impl is not None and calls_named(impl, "use_gluon_verify"),
     )
 
 
@@ -459,7 +470,7 @@ def _called_methods(cls: ast.ClassDef | None, method: ast.FunctionDef | None) ->
     return [m for m in methods.values() if m.name in taken]
 
 
-def _calls(node: ast.AST, name: str) -> bool:
+def calls_named(node: ast.AST, name: str) -> bool:
     """Whether ``node`` calls a function or method named ``name``."""
     return any(
         isinstance(n, ast.Call)
@@ -468,7 +479,7 @@ def _calls(node: ast.AST, name: str) -> bool:
     )
 
 
-def _early_returns(body: list[ast.stmt]) -> list[ast.stmt]:
+def early_returns(body: list[ast.stmt]) -> list[ast.stmt]:
     """A method body with every ``if`` whose branch always leaves the method (return or raise) followed by
     its ``else`` instead of enclosing it: ``if x: raise E`` ``else: S`` reads as ``if x: raise E`` then
     ``S``, the same code in the early-return form every release 0.27.1-0.34.0 writes, so the gate and the
@@ -477,7 +488,7 @@ def _early_returns(body: list[ast.stmt]) -> list[ast.stmt]:
     for stmt in body:
         if isinstance(stmt, ast.If) and stmt.orelse and _leaves(stmt.body):
             out.append(ast.If(test=stmt.test, body=stmt.body, orelse=[], lineno=stmt.lineno))
-            out += _early_returns(stmt.orelse)
+            out += early_returns(stmt.orelse)
         else:
             out.append(stmt)
     return out
@@ -492,7 +503,7 @@ def _leaves(block: list[ast.stmt]) -> bool:
     return isinstance(last, ast.If) and _leaves(last.body) and _leaves(last.orelse)
 
 
-def _persistent_gate_if(body: list[ast.stmt]) -> ast.If | None:
+def persistent_gate_if(body: list[ast.stmt]) -> ast.If | None:
     """The statement of _build_decode whose test decides the persistent schedule: the top-level ``if`` whose
     body builds it (every release 0.27.1-0.34.0 tests one local there, ``use_persistent_metadata``, but any
     name or an inline condition is found the same way)."""
@@ -500,7 +511,7 @@ def _persistent_gate_if(body: list[ast.stmt]) -> ast.If | None:
         (
             s
             for s in body
-            if isinstance(s, ast.If) and any(_calls(b, PERSISTENT_SCHEDULE_CALL) for b in s.body)
+            if isinstance(s, ast.If) and any(calls_named(b, PERSISTENT_SCHEDULE_CALL) for b in s.body)
         ),
         None,
     )
@@ -558,7 +569,7 @@ def _decisions(
                 "not a local of _build_decode, which is outside the lifted subset; refused"
             )
         local = value.id
-        setters = [s for s in body if local in _stored_names(s)]
+        setters = [s for s in body if local in stored_names(s)]
         gate = len(before)  # the persistent gate's index in body
         decision: ast.expr | None = None
         if not guards:
@@ -595,24 +606,24 @@ def _read_through(test: ast.expr, between: list[ast.stmt], substitute: bool, fie
     ``v``, read before that statement in turn; without ``fields``, a field read ``t = x.y`` ends the
     reading there, the test reading ``t``.  None where a statement changes what it reads some other way."""
     while True:
-        changed = [s for s in between if _loads(test) & _stored_names(s)]
+        changed = [s for s in between if names_read(test) & stored_names(s)]
         if not changed:
             return test
         last = changed[-1]
         if not (isinstance(last, ast.Assign) and len(last.targets) == 1):
             return None
         (target,) = last.targets
-        if not (isinstance(target, ast.Name) and sum(target.id in _stored_names(s) for s in between) == 1):
+        if not (isinstance(target, ast.Name) and sum(target.id in stored_names(s) for s in between) == 1):
             return None
         if not fields and isinstance(last.value, (ast.Attribute, ast.Subscript)):
             return test  # where the test's data comes from: read there
         if not substitute:
             return None
-        test = _Substitute(target.id, last.value).visit(copy.deepcopy(test))
+        test = Substitute(target.id, last.value).visit(copy.deepcopy(test))
         between = between[: between.index(last)]
 
 
-class _Substitute(ast.NodeTransformer):
+class Substitute(ast.NodeTransformer):
     """Every read of one local replaced by an expression."""
 
     def __init__(self, name: str, value: ast.expr) -> None:
@@ -624,11 +635,11 @@ class _Substitute(ast.NodeTransformer):
         return node
 
 
-def _module_or_stub(tree: ast.Module) -> set[str]:
-    return set(_defined_at_module(tree)) | STUB_NAMES | SAFE_BUILTIN_NAMES
+def module_or_stub(tree: ast.Module) -> set[str]:
+    return set(defined_at_module(tree)) | STUB_NAMES | SAFE_BUILTIN_NAMES
 
 
-def _function(name: str, args: ast.arguments, body: list[ast.stmt]) -> ast.FunctionDef:
+def plain_function(name: str, args: ast.arguments, body: list[ast.stmt]) -> ast.FunctionDef:
     """A plain ``def`` (no decorators, annotations or type parameters)."""
     if sys.version_info >= (3, 12):  # type_params is a field of FunctionDef from 3.12 on
         return ast.FunctionDef(
@@ -637,7 +648,7 @@ def _function(name: str, args: ast.arguments, body: list[ast.stmt]) -> ast.Funct
     return ast.FunctionDef(name=name, args=args, body=body, decorator_list=[], returns=None)
 
 
-def _args(*names: str) -> ast.arguments:
+def plain_args(*names: str) -> ast.arguments:
     return ast.arguments(
         posonlyargs=[],
         args=[ast.arg(arg=n) for n in names],
@@ -652,7 +663,7 @@ def _args(*names: str) -> ast.arguments:
 def _metadata_local(label: str, test: ast.expr, module: set[str]) -> str:
     """The local of forward_mqa the inline verify test reads the step from (``decode`` in 0.27.1 L1119,
     whatever it is called): the one local it reads besides ``self``; another is refused, naming them."""
-    read = sorted(_loads(test) - module - {"self", HELPER})
+    read = sorted(names_read(test) - module - {"self", HELPER})
     if len(read) != 1 or isinstance(test, ast.Name):  # a bare local: a temporary not read through
         raise RefusedCode(
             f"{label}: line {test.lineno}: forward_mqa's inline Gluon verify test reads "
@@ -668,7 +679,7 @@ def _inline_verify_test(forward: ast.FunctionDef | None, module: dict[str, ast.s
     decode branch's); a temporary it reads is read through (``t = cond`` then ``if t:``)."""
     if forward is None:
         return None
-    body = _early_returns(forward.body)
+    body = early_returns(forward.body)
     for i, stmt in enumerate(body):
         if not isinstance(stmt, ast.If):
             continue
@@ -677,7 +688,7 @@ def _inline_verify_test(forward: ast.FunctionDef | None, module: dict[str, ast.s
         test = _read_through(stmt.test, body[:i], substitute=True, fields=False) or stmt.test
         whole = _read_through(stmt.test, body[:i], substitute=True, fields=True) or stmt.test
         if any(
-            _calls(b, name) for b in stmt.body for name in GLUON_ENTRY_POINTS
+            calls_named(b, name) for b in stmt.body for name in GLUON_ENTRY_POINTS
         ) and "use_gluon_decode" not in _attributes(whole, module):
             return test
     return None

@@ -5,7 +5,9 @@ whose ``route`` asks the release's own code every routing question:
 ``use_gluon_decode``, ``use_gluon_verify`` (or 0.27's inline test), the
 ``_mtp_decode_qlen`` statements of the builder's ``__init__``, the
 ``use_persistent_metadata`` gate of ``_build_decode`` with what it depends on,
-``get_actual_mla_num_heads`` and ``is_valid_num_heads``.  On a concrete Shape
+``get_actual_mla_num_heads`` and ``is_valid_num_heads``, and 0.34.0's fp8
+V-scale correction (:mod:`spec.realcode.v_scale`, the probe answered by the
+registry).  On a concrete Shape
 the real functions run in the sandbox; on the prover's symbolic shape they
 are lifted into z3 by path exploration.  The reorder_batch_threshold is the
 release's own, executed by the harness (:mod:`spec.realcode.executed.threshold`).
@@ -46,10 +48,11 @@ from mla_model.revisions.base import (
     forward_path,
     no_dcp,
 )
-from mla_model.revisions.dcp_era import DEFAULT_BLOCK_SIZE, asm_query_heads, fp8_v_scale_fix
+from mla_model.revisions.dcp_era import DEFAULT_BLOCK_SIZE, asm_query_heads
 from mla_model.route import DCP_ROUTES, Route
 from mla_model.shape import FIELDS, KV_CACHE_DTYPES, Shape
 from spec.proof.terms import symbolic_shape
+from spec.realcode import v_scale
 from spec.realcode.extract import RefusedCode, extract
 from spec.realcode.interpreter import RefusedAtRun
 from spec.realcode.knobs import ENVS, knobs_of, setting_label
@@ -72,7 +75,9 @@ from spec.realcode.symexec import (
     SymInt,
     SymStr,
     fold,
+    term_of,
 )
+from spec.realcode.v_scale import registry_answer
 
 OUTPUTS = (
     "gd",
@@ -119,9 +124,12 @@ class RealGates:
         self.source = source
         self.threshold = threshold  # s -> reorder_batch_threshold (the release's, executed, where it can be)
         self.extracted = extract(source)
+        # 0.34.0's V-scale correction, read from the file (spec.realcode.v_scale); None where it has none
+        self.v_scale = v_scale.read(self.extracted, source.text)
+        loaded = self.v_scale.extracted if self.v_scale else self.extracted
         gate_file = source.path if tree is None else tree / RELATIVE_PATH
         # knobs the model does not know: unset (an envs knob: the tree's declared default) unless ``setting``
-        self.knobs = knobs_of(self.extracted.module)
+        self.knobs = knobs_of(loaded.module)
         given = dict(setting)
         unknown = set(given) - {k.name for k in self.knobs}
         if unknown:
@@ -130,9 +138,10 @@ class RealGates:
             k.name: given.get(k.name, tree_env_default(gate_file, k.name) if k.via == ENVS else None)
             for k in self.knobs
         }
-        self.code = LoadedCode(
-            self.extracted, Platform(knobs=values), builtins_override=LIFTING_BUILTINS if lifting else None
-        )
+        overrides = dict(LIFTING_BUILTINS) if lifting else {}
+        if self.v_scale:
+            overrides[v_scale.PROBE_STUB] = v_scale.probe_stub(self.v_scale.probe_params, term_of, SymBool)
+        self.code = LoadedCode(loaded, Platform(knobs=values), builtins_override=overrides or None)
         # the DCP verify default of the tree around the file, or of ``tree`` standing in (real_revision)
         self.code.platform.dcp_verify = dcp_verify_default(gate_file)
         self.has_verify = self.code.has("use_gluon_verify")
@@ -141,18 +150,15 @@ class RealGates:
         self.gathers_dcp = "_decode_num_heads" in self.extracted.init_attrs
         self.flatten_verify = "dcp_world_size" not in verify_params  # 0.27 / 0.28: row flatten, batch R*Q
         self.kv_scale_passed = "kv_scale=1.0" not in self.extracted.forward_source
-        # 0.34.0's V-scale correction: its qlen set comes from an AITER probe, so it is not lifted; the
-        # model's formula stands in for it (dcp_era.fp8_v_scale_fix), and the executed differential checks
-        # that formula against the release's builder and forward_mqa shape by shape (sources §57).
-        self.rescales_v = "fp8_v_scale_fix" in source.text
         # 0.31.0+: the builder declares non-causal draft blocks under DCP (backend.py validate_configuration)
         self.non_causal_dcp = "supports_non_causal_multi_token_dcp" in source.text
 
-    def outputs(self, s: Any, wrap: Any = lambda name, v: v) -> dict[str, Any]:
-        """Every routing answer of the release for shape ``s`` (plain or symbolic via ``wrap``)."""
+    def _builder_inputs(self, s: Any, wrap: Any) -> tuple[dict[str, Any], Any, Any]:
+        """What the harness hands the builder's ``__init__`` slice for shape ``s``: its attributes, the KV
+        cache spec and the vLLM config."""
         p = self.code.platform
         p.arch, p.mode = wrap("arch", s.arch), wrap("asm_padding_mode", s.asm_padding_mode)
-        heads, qlen = wrap("num_heads", s.num_heads), wrap("max_qo_len", s.max_qo_len)
+        heads = wrap("num_heads", s.num_heads)
         dcp, causal = wrap("dcp_world_size", s.dcp_world_size), wrap("causal", s.causal)
         kv_bytes, raw_dtype = (
             wrap("kv_cache_bytes", s.kv_cache_bytes),
@@ -185,6 +191,15 @@ class RealGates:
             ),
             cache_config=types.SimpleNamespace(cache_dtype=raw_dtype),
         )
+        return attrs, kv_cache_spec, vllm_config
+
+    def outputs(self, s: Any, wrap: Any = lambda name, v: v) -> dict[str, Any]:
+        """Every routing answer of the release for shape ``s`` (plain or symbolic via ``wrap``) but the
+        V-scale correction (:meth:`v_scale_term`)."""
+        attrs, kv_cache_spec, vllm_config = self._builder_inputs(s, wrap)
+        heads, qlen = attrs["num_heads"], wrap("max_qo_len", s.max_qo_len)
+        dcp, causal, kv_bytes = attrs["dcp_world_size"], wrap("causal", s.causal), attrs["_kv_cache_bytes"]
+        builder_dtype, raw_dtype = attrs["_kv_cache_dtype_str"], vllm_config.cache_config.cache_dtype
         try:
             b = self.code.builder(attrs, kv_cache_spec, vllm_config)
         except SourceError:  # the sandbox refusing the code: not the release raising
@@ -259,6 +274,32 @@ class RealGates:
             dcp_raises=dcp_raises,
         )
 
+    def v_scale_term(self, s: Any, wrap: Any = lambda name, v: v, assumptions: tuple[Any, ...] = ()) -> Any:
+        """The decode metadata's ``fp8_v_scale_fix`` for shape ``s`` as the file computes it (its
+        ``__init__`` probe and its ``_build_decode`` expression, :mod:`spec.realcode.v_scale`): one z3 term
+        over the shape, the persistent gate (``z3.Bool(v_scale.GATE)``) and the probe's answers
+        (:data:`v_scale.DROPS_V_SCALE`), by path exploration of its own, so the probe's branches do not
+        multiply the gates' paths.  False where the file has no correction, or its builder raises."""
+        if self.v_scale is None:
+            return z3.BoolVal(False)
+        fn = self.code.namespace[v_scale.FUNCTION]
+        gate = SymBool(z3.Bool(v_scale.GATE))
+
+        def run() -> Any:
+            attrs, kv_cache_spec, vllm_config = self._builder_inputs(s, wrap)
+            try:
+                b = self.code.builder(attrs, kv_cache_spec, vllm_config)
+            except SourceError:
+                raise
+            except ValueError:  # the builder raises (outputs: _raising): no decode step to correct
+                return False
+            qlen = wrap("max_qo_len", s.max_qo_len)
+            return self.code._guard(fn, b, kv_cache_spec, vllm_config, qlen, gate)  # the sandbox's deadline
+
+        with alarm_handler():
+            paths = Explorer(assumptions).explore(run)
+        return z3.simplify(fold(paths))
+
     @staticmethod
     def _dcp_route(path_locals: dict[str, Any]) -> Any:
         """The step's DCP route as an index of DCP_ROUTES: _DCPDecodeRoute's value (0.31 on), or the
@@ -313,6 +354,10 @@ class RealGates:
                 continue
             lifted[name] = z3.simplify(fold(paths, itemgetter(name)))
         lifted["paths"] = len(paths)
+        v_scale_fix = self.v_scale_term(view, wrap, (*sym.domain, *scope))
+        lifted["v_scale_fix"] = z3.simplify(
+            z3.substitute(v_scale_fix, (z3.Bool(v_scale.GATE), lifted["gate"]))
+        )
         return lifted
 
 
@@ -431,7 +476,8 @@ def _over_columns(lifted_outputs: dict[str, Any], view: Any) -> dict[str, Any]:
         for spec in FIELDS
         for value in (getattr(view, spec.name),)
     }
-    names = [name for name, term in lifted_outputs.items() if z3.is_expr(term)]
+    # the V-scale correction holds the probe's uninterpreted answers: route evaluates it per registry
+    names = [name for name, term in lifted_outputs.items() if z3.is_expr(term) and name != "v_scale_fix"]
     values = dict(zip(names, evaluate_z3([lifted_outputs[n] for n in names], env)))
     return {name: values.get(name, term) for name, term in lifted_outputs.items()}
 
@@ -487,6 +533,24 @@ def _real_revision(
             return columns_seen["outputs"]
         return lifted_cache
 
+    def v_scale_fix(s: Any, reg: Registry, o: dict[str, Any]) -> Term:
+        """The file's V-scale correction for ``s`` with the probe answered by ``reg``: its lifted term (a
+        numpy table: evaluated over the table's columns), or for a concrete shape its own term at the
+        shape's gate, simplified to a bool."""
+        if concrete.v_scale is None:
+            return False
+        if isinstance(s, Shape):
+            term = z3.substitute(
+                concrete.v_scale_term(s), (z3.Bool(v_scale.GATE), z3.BoolVal(bool(o["gate"])))
+            )
+            return z3.is_true(z3.simplify(registry_answer(term, reg, s.arch)))
+        if not z3.is_expr(s.num_heads):
+            view = s
+            s = symbolic_shape().view
+            term = registry_answer(lifted_cache["v_scale_fix"], reg, s.arch)
+            return _over_columns({"v_scale_fix_answered": term}, view)["v_scale_fix_answered"]
+        return registry_answer(lifted_cache["v_scale_fix"], reg, s.arch)
+
     def route(s: Any, reg: Registry) -> Route:
         o = outputs(s)
         H = o["H"]
@@ -520,9 +584,7 @@ def _real_revision(
             kv_scale_passed=concrete.kv_scale_passed,
             vllm_raises=o["raises"],
             builder_use_gluon_verify=o["builder_gv"],
-            v_scale_fix=fp8_v_scale_fix(s, reg, m, is_quantized_kv_cache(s.kv_cache_dtype), o["gate"])
-            if concrete.rescales_v
-            else False,
+            v_scale_fix=v_scale_fix(s, reg, o),
             dcp_route=droute,
             dcp_raises=o["dcp_raises"],
         )

@@ -9,8 +9,11 @@ function down the other side, pruning sides that are infeasible.  The result
 is the list of (path condition, return value) pairs, folded into one z3 term
 per output.  That term is the real code's meaning over unbounded integers.
 
-Constructs the symbolic values cannot follow (``int()`` of a symbol outside the
-sandbox's own ``int``, hashing a symbol, too many paths) raise
+Where Python needs a concrete integer (``range(2, n + 1)``, an index) a symbol
+takes each value the path allows, one path each, when there are at most
+:data:`MAX_CONCRETE`; ``set``/``frozenset`` test membership member by member.
+Constructs the symbolic values cannot follow (a symbol with more values used
+as an index, hashing a symbol, too many paths) raise
 :class:`LiftingUnsupported`; callers fall back to the bounded check and say so.
 """
 
@@ -26,6 +29,7 @@ import z3
 from mla_model.logic import EnumTerm, all_of, built_once, is_in
 
 MAX_PATHS = 20_000
+MAX_CONCRETE = 64  # the most values a symbolic integer may take where Python needs a concrete one
 
 
 class LiftingUnsupported(Exception):
@@ -189,7 +193,11 @@ class SymInt:
         return _decide(self.term != 0)
 
     def __index__(self) -> int:
-        raise LiftingUnsupported("a symbolic integer was used as an index or converted with int()")
+        """A concrete value where Python needs one (``range(2, n + 1)``, an index): each value the path
+        allows, in turn, where there are at most :data:`MAX_CONCRETE` (:meth:`Explorer.concretize`)."""
+        if not _current:
+            raise LiftingUnsupported("a symbolic integer was used as an index outside an exploration")
+        return _current[-1].concretize(self.term)
 
     __int__ = __index__
 
@@ -256,7 +264,28 @@ def sym_int_builtin(x: Any = 0, *args: Any) -> Any:
     return builtins.int(x, *args)
 
 
-LIFTING_BUILTINS = {"int": sym_int_builtin}
+class LiftedSet:
+    """``set``/``frozenset`` inside the sandbox during lifting: membership by equality, element by element
+    (``int(max_qo_len) in self._fp8_v_scale_fix_qlens``, 0.34.0 L2187), so a symbolic element decides
+    ``x == v`` for each member instead of being hashed.  Its members are hashable values (the code builds
+    it from concrete ones); only membership, iteration and ``len`` are offered."""
+
+    __slots__ = ("members",)
+
+    def __init__(self, iterable: Any = ()) -> None:
+        self.members = tuple(dict.fromkeys(iterable))
+
+    def __contains__(self, x: Any) -> bool:
+        return any(bool(x == v) for v in self.members)
+
+    def __iter__(self) -> Any:
+        return iter(self.members)
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+
+LIFTING_BUILTINS = {"int": sym_int_builtin, "set": LiftedSet, "frozenset": LiftedSet}
 
 
 class Explorer:
@@ -275,6 +304,7 @@ class Explorer:
     """
 
     def __init__(self, assumptions: Sequence[Any] = ()) -> None:
+        self.assumptions = tuple(assumptions)
         self.solver = z3.Solver()
         self.solver.add(*assumptions)
         self.forced: tuple[bool, ...] = ()
@@ -331,6 +361,39 @@ class Explorer:
         self.both_feasible.append(both)
         self.conds.append(cond if choice else negated)
         return choice
+
+    def concretize(self, term: Any) -> int:
+        """``term``'s value on this path.  The values the path allows are found first, all of them (a set,
+        whatever order z3's models come in, so a replayed path asks the same decisions); each but the
+        greatest is one decision ``term == v``, in increasing order, and the path forks there.  A term with
+        more than :data:`MAX_CONCRETE` values is not followed."""
+        # A solver of its own over this path's conditions so far: the shared one may hold the scopes of
+        # decisions a replayed path is yet to reach (:meth:`_keep_shared`).
+        solver = z3.Solver()
+        solver.add(*self.assumptions, *self.conds)
+        values: list[int] = []
+        while True:
+            answer = solver.check()
+            if answer == z3.unknown:
+                raise LiftingUnsupported("z3 could not enumerate a symbolic integer used as an index")
+            if answer == z3.unsat:
+                break
+            v = solver.model().eval(term, model_completion=True)
+            if not z3.is_int_value(v):
+                raise LiftingUnsupported("a symbolic integer used as an index has no integer value")
+            values.append(v.as_long())
+            if len(values) > MAX_CONCRETE:
+                raise LiftingUnsupported(
+                    f"a symbolic integer with more than {MAX_CONCRETE} values was used as an index"
+                )
+            solver.add(term != values[-1])
+        if not values:
+            raise LiftingUnsupported("a symbolic integer used as an index has no value on a feasible path")
+        values.sort()
+        for v in values[:-1]:
+            if self.decide(term == v):
+                return v
+        return values[-1]
 
     def _keep_shared(self, forced: tuple[bool, ...]) -> None:
         """Pop the scopes of the decisions past the prefix ``forced`` shares with the asserted ones."""
