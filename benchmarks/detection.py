@@ -85,6 +85,7 @@ PROBE_RANGE_END_34 = "                    + 1,\n                )\n             
 SIZED_QLENS_34 = "            for qlen in range(1, self._mtp_decode_qlen + 1)\n"
 CDNA3_FP8_34 = "    if is_quantized_kv_cache(kv_cache_dtype):\n        return AiterMLAHelper.get_actual_mla_num_heads(decode_num_heads) != 128\n"
 # 0.28.0 anchors
+SIZED_QLEN_28 = "            max_num_reqs,\n            self._mtp_decode_qlen,\n"
 PS_GATE_28 = "                or max_qo_len <= AiterMLAHelper._ASM_PADDED_MAX_PS_QLEN\n                or is_quantized_kv_cache(self._kv_cache_dtype_str)\n"
 VERIFY_FP8_28 = (
     "        if is_quantized_kv_cache(kv_cache_dtype):\n            return False\n        # Same arch"
@@ -223,7 +224,23 @@ CORPUS: tuple[Edit, ...] = (
         "0.34.0",
         CHANGES,
         "size the persistent buffers up to _mtp_decode_qlen - 1",
-        (SIZED_QLENS_34, SIZED_QLENS_34.replace("+ 1)", "- 1, 1) + 1)").replace("range(1, ", "range(1, max("), 1),
+        (
+            SIZED_QLENS_34,
+            SIZED_QLENS_34.replace("+ 1)", "- 1, 1) + 1)").replace("range(1, ", "range(1, max("),
+            1,
+        ),
+        expect=("metadata-covers-qlen",),
+    ),
+    _e(
+        "pad-by-tiling",
+        "0.34.0",
+        CHANGES,
+        "pad a divisor head count by tiling the query heads instead of interleaving them",
+        (
+            "            return q.repeat_interleave(m // num_heads, dim=1)\n",
+            "            return q.repeat(1, m // num_heads, 1)\n",
+            1,
+        ),
         expect=("executed",),
     ),
     _e(
@@ -511,6 +528,14 @@ CORPUS: tuple[Edit, ...] = (
         "drop use_gluon_verify's fp8 guard",
         (VERIFY_FP8_28, "        # Same arch", 1),
         expect=("fp8-never-reaches-gluon", "executed"),
+    ),
+    _e(
+        "buffers-sized-for-qlen-1-028",
+        "0.28.0",
+        CHANGES,
+        "size the persistent buffers for single-token decode only",
+        (SIZED_QLEN_28, SIZED_QLEN_28.replace("self._mtp_decode_qlen,", "1,"), 1),
+        expect=("metadata-covers-qlen",),
     ),
     _e(
         "pad-to-8-028",

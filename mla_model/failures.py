@@ -457,6 +457,19 @@ WRONG_OUTPUTS: tuple[Effect, ...] = (
         lambda d: all_of(d.on_asm, not_(unpad_recovers_heads(d))),
         unpad_text,
     ),
+    Effect(  # only a file whose __init__ sizes the buffers short of its gate (spec.realcode.buffer_sizing)
+        "metadata_overrun",
+        SILENT_WRONG_OUTPUT,
+        lambda d: (
+            False
+            if d.route.metadata_qlen is None
+            else all_of(d.route.use_persistent_metadata, d.shape.max_qo_len > d.route.metadata_qlen)
+        ),
+        lambda d, reg: (
+            f"get_mla_metadata_v1 writes the schedule of a {d.shape.max_qo_len}-token step into buffers "
+            f"__init__ sized for qlen <= {d.route.metadata_qlen}: memory past them is overwritten"
+        ),
+    ),
 )
 
 PERFORMANCE_LOSSES: tuple[Effect, ...] = (

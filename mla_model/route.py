@@ -67,7 +67,7 @@ class Route:
     use_gluon_verify: Term
     use_persistent_metadata: Term  # the builder's persistent-metadata gate
     wants_persistent_metadata: Term  # that gate without its 1 <= qlen <= _mtp_decode_qlen clause
-    mtp_decode_qlen: Term  # _mtp_decode_qlen: the qlen the persistent buffers are sized for
+    mtp_decode_qlen: Term  # _mtp_decode_qlen: the longest qlen the persistent gate admits
     decode_heads: Term  # the head count the predicates are called with
     head_padding: Term  # one of HEAD_PADDINGS
     padded_q_heads: Term  # heads after get_mla_padded_q (equals padded_heads when correct)
@@ -81,15 +81,26 @@ class Route:
     # right where the kernel left V unscaled, a second scaling where it did not (sources §57).
     v_scale_fix: Term = False
     dcp_route: Term = "plain"  # one of DCP_ROUTES
+    # the longest qlen the builder's __init__ sizes the persistent buffers for (get_mla_metadata_info_v1's
+    # max_seqlen_qo, the largest over its calls); None: they cover _mtp_decode_qlen, as every release sizes
+    # them (0.28.0 L343-351, 0.34.0 L1256-1273).  Read from the file on a real revision.
+    metadata_qlen: Term = None
     # vLLM raises while building the metadata builder (0.33.0+: DCP verify with no cprr head count and no
     # segmented MLA) or picking the DCP route (no route serves a DCP multi-token step)
     dcp_raises: Term = False
+
+    @property
+    def sized_qlen(self) -> Term:
+        """The longest qlen the persistent buffers cover: :attr:`metadata_qlen`, else _mtp_decode_qlen."""
+        return self.mtp_decode_qlen if self.metadata_qlen is None else self.metadata_qlen
 
     def to_json(self) -> dict[str, Any]:
         """The route of one concrete Shape as JSON-ready plain values."""
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
+            if f.name == "metadata_qlen" and value is None:  # a model revision's: the buffers cover T
+                continue
             if isinstance(value, KernelRequest):
                 out[f.name] = {g.name: _plain(getattr(value, g.name)) for g in fields(value)}
             else:

@@ -1,9 +1,8 @@
 """check's second judge: a gate file in a vLLM tree executed against its own lifted gates (issue 24, item 4).
 
-The proof describes the gates lifted from the file.  Where lifting takes a part from the model (the
-persistent buffers' sizing: the metadata qlen is the lifted ``_mtp_decode_qlen``, whatever qlens the file's
-``__init__`` sizes the buffers for) or lifts it wrongly, only the executed file shows it: ``check`` then exits
-1 naming the field, both values and a shape.
+The proof describes the gates lifted from the file.  Where lifting takes a part from the model (what
+forward_mqa does with tensors: how get_mla_padded_q pads the query heads) or lifts it wrongly, only the
+executed file shows it: ``check`` then exits 1 naming the field, both values and a shape.
 """
 
 from __future__ import annotations
@@ -26,8 +25,8 @@ HAS_TORCH = importlib.util.find_spec("torch") is not None
 needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="executing a release needs torch")
 # 0.34.0's _build_decode: the V-scale fix the decode step applies (L2184-2186).
 V_SCALE_FIX = "            fp8_v_scale_fix=(\n                has_persistent_metadata\n"
-# 0.34.0's __init__: the persistent buffers are sized for every qlen up to _mtp_decode_qlen (L1256-1273).
-SIZED_QLENS = "            for qlen in range(1, self._mtp_decode_qlen + 1)\n"
+# 0.34.0's get_mla_padded_q: a divisor head count is padded by interleaving (L2522-2523).
+INTERLEAVE = "            return q.repeat_interleave(m // num_heads, dim=1)\n"
 # 0.34.0's use_gluon_decode: fp8 never reaches Gluon (L2571-2572); negated, it does, with kv_scale=1.0.
 FP8_GUARD = "        if is_quantized_kv_cache(kv_cache_dtype):\n            return False\n        mode ="
 
@@ -122,12 +121,11 @@ def test_the_unedited_file_in_its_tree_agrees_with_its_lifted_gates_on_every_sha
 
 @pytest.mark.network
 @needs_torch
-def test_buffers_sized_one_qlen_short_pass_the_proof_and_are_caught_executed(tmp_path):
-    """The buffer sizing is the model's (the metadata qlen is the lifted _mtp_decode_qlen), so the proof
-    cannot see buffers sized one qlen short of the longest drafter step: without the second judge check
-    exits 0; executed, the sizing calls stop one short."""
-    short = SIZED_QLENS.replace("self._mtp_decode_qlen + 1", "max(self._mtp_decode_qlen - 1, 1) + 1")
-    path = _edited(tmp_path, SIZED_QLENS, short)
+def test_heads_padded_by_tiling_pass_the_proof_and_are_caught_executed(tmp_path):
+    """Head padding is the model's (get_mla_padded_q takes tensors), so the proof cannot see the query
+    heads tiled where 0.34.0 interleaves them: without the second judge check exits 0; executed, the
+    harness records the tiling."""
+    path = _edited(tmp_path, INTERLEAVE, "            return q.repeat(1, m // num_heads, 1)\n")
     args = [str(path), "--registry", "aiter-0.1.20", "--invariant", "total"]
     # first, from an empty threshold cache entry: a relative path runs as the absolute one (the threshold's
     # child once got it relative, in its scratch folder, and 0.28.0's formula stood in: hundreds of
@@ -137,13 +135,13 @@ def test_buffers_sized_one_qlen_short_pass_the_proof_and_are_caught_executed(tmp
         for p in (path.relative_to(tmp_path), path)
     ]
     assert by_path[0]["disagreements_by_field"] == by_path[1]["disagreements_by_field"]
-    assert set(by_path[0]["disagreements_by_field"]) == {"metadata_qlen"}
+    assert set(by_path[0]["disagreements_by_field"]) == {"head_padding"}
     assert run("check", *args, "--no-execute").returncode == 0
     r = run("check", *args)
     flat = " ".join(r.stdout.split())
     assert r.returncode == 1, flat
     assert "disagreements with the lifted gates (a surprise" in flat
-    assert "metadata_qlen: the lifted gates say 3; the executed file gives 2 (" in flat
+    assert "head_padding: the lifted gates say repeat_interleave; the executed file gives tile (" in flat
     sarif = json.loads(run("check", *args, "--format", "sarif").stdout)["runs"][0]
     errors = [x for x in sarif["results"] if x["ruleId"] == "executed-disagreement"]
     assert errors and all(x["level"] == "error" and x["baselineState"] == "new" for x in errors)

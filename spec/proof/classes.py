@@ -36,12 +36,19 @@ NEW, UNCHANGED, ABSENT = "new", "unchanged", "absent"  # SARIF 2.1.0 §3.27.24 b
 ASM_ONLY = ("request", "padded_q_heads", "head_padding", "head_unpad")
 
 
+# Route facts that are not routing: the qlen the buffers are sized for (read from a file only), so a file
+# that sizes them otherwise keeps every class whose route it does not change.
+NOT_ROUTING = frozenset({"metadata_qlen"})
+
+
 def class_id(c: Counterexample) -> str:
     """The class's identity: 16 hex digits of the SHA-256 of its view values and route (without
-    :data:`ASM_ONLY` off an ASM path), as sorted JSON."""
-    route = (
-        c.route if c.route["path"] in ASM_PATHS else {k: v for k, v in c.route.items() if k not in ASM_ONLY}
-    )
+    :data:`NOT_ROUTING`, nor :data:`ASM_ONLY` off an ASM path), as sorted JSON."""
+    route = {
+        k: v
+        for k, v in c.route.items()
+        if k not in NOT_ROUTING and (c.route["path"] in ASM_PATHS or k not in ASM_ONLY)
+    }
     canonical = json.dumps({"view": c.view, "route": route}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
@@ -147,10 +154,10 @@ class BaselineOutcome:
 
 def route_changes(old: dict[str, Any], new: dict[str, Any]) -> dict[str, list[Any]]:
     """The route fields two classes' smallest counterexamples differ in, ``request.`` fields spelled out:
-    ``{"mtp_decode_qlen": [2, 3]}``."""
+    ``{"mtp_decode_qlen": [2, 3]}``; not :data:`NOT_ROUTING` (no part of a class's identity)."""
 
     def flat(route: dict[str, Any]) -> dict[str, Any]:
-        out = {k: v for k, v in route.items() if not isinstance(v, dict)}
+        out = {k: v for k, v in route.items() if not isinstance(v, dict) and k not in NOT_ROUTING}
         out |= {f"{k}.{f}": x for k, v in route.items() if isinstance(v, dict) for f, x in v.items()}
         return out
 

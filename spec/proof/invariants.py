@@ -92,7 +92,11 @@ def _block_n_key_exists(d: Decision) -> Term:
 
 
 def _metadata_covers_qlen(d: Decision) -> Term:
-    return implies(d.route.wants_persistent_metadata, d.shape.max_qo_len <= d.route.mtp_decode_qlen)
+    r = d.route
+    admitted = implies(r.wants_persistent_metadata, d.shape.max_qo_len <= r.mtp_decode_qlen)
+    if r.metadata_qlen is None:  # the buffers cover _mtp_decode_qlen (every model revision)
+        return admitted
+    return all_of(admitted, implies(r.use_persistent_metadata, d.shape.max_qo_len <= r.metadata_qlen))
 
 
 def _builder_impl_agree(d: Decision) -> Term:
@@ -255,6 +259,11 @@ def _block_n_missing(d: Decision, reg: Registry) -> str:
 
 def _metadata_short(d: Decision, reg: Registry) -> str:
     s, r = d.shape, d.route
+    if r.use_persistent_metadata and s.max_qo_len > r.sized_qlen:
+        return (
+            f"the persistent schedule is built for qlen {s.max_qo_len}, but __init__ sized its buffers for "
+            f"qlen <= {r.sized_qlen} (get_mla_metadata_info_v1): get_mla_metadata_v1 writes past them"
+        )
     fallback = (
         "its fp8 non-persistent path"
         if is_quantized_kv_cache(s.kv_cache_dtype)
@@ -397,7 +406,8 @@ INVARIANTS: tuple[Invariant, ...] = (
     Invariant(
         id="metadata-covers-qlen",
         statement="Where the route wants persistent metadata, every qlen the scheduler may hand decode "
-        "(1..reorder_batch_threshold) is within _mtp_decode_qlen, the qlen the buffers are sized for.",
+        "(1..reorder_batch_threshold) is within _mtp_decode_qlen, and every persistent step's qlen is "
+        "within the qlens __init__ sized the buffers for.",
         why="When qlen exceeds _mtp_decode_qlen the persistent gate closes and AITER falls back to its own "
         "non-persistent metadata, a path never meant for that shape.",
         symptom="persistent schedule silently dropped and AITER's non-persistent fallback runs: with an fp8 "

@@ -52,7 +52,7 @@ from mla_model.revisions.dcp_era import DEFAULT_BLOCK_SIZE, asm_query_heads
 from mla_model.route import DCP_ROUTES, Route
 from mla_model.shape import FIELDS, KV_CACHE_DTYPES, Shape
 from spec.proof.terms import symbolic_shape
-from spec.realcode import v_scale
+from spec.realcode import buffer_sizing, v_scale
 from spec.realcode.extract import RefusedCode, extract
 from spec.realcode.interpreter import RefusedAtRun
 from spec.realcode.knobs import ENVS, knobs_of, setting_label
@@ -127,6 +127,10 @@ class RealGates:
         # 0.34.0's V-scale correction, read from the file (spec.realcode.v_scale); None where it has none
         self.v_scale = v_scale.read(self.extracted, source.text)
         loaded = self.v_scale.extracted if self.v_scale else self.extracted
+        # the qlen the persistent buffers are sized for (spec.realcode.buffer_sizing); None: no sizing call
+        sized = buffer_sizing.read(loaded, source.text)
+        self.sizes_buffers = sized is not None
+        loaded = sized or loaded
         gate_file = source.path if tree is None else tree / RELATIVE_PATH
         # knobs the model does not know: unset (an envs knob: the tree's declared default) unless ``setting``
         self.knobs = knobs_of(loaded.module)
@@ -300,6 +304,34 @@ class RealGates:
             paths = Explorer(assumptions).explore(run)
         return z3.simplify(fold(paths))
 
+    def metadata_qlen(self, s: Any, wrap: Any = lambda name, v: v) -> Any:
+        """The largest qlen the builder's ``__init__`` sizes the persistent buffers for, on shape ``s``
+        (:mod:`spec.realcode.buffer_sizing`); None where the file sizes none, or its builder raises."""
+        if not self.sizes_buffers:
+            return None
+        attrs, kv_cache_spec, vllm_config = self._builder_inputs(s, wrap)
+        try:
+            b = self.code.builder(attrs, kv_cache_spec, vllm_config)
+        except SourceError:
+            raise
+        except ValueError:  # the builder raises (outputs: _raising): no buffers
+            return None
+        fn = self.code.namespace[buffer_sizing.FUNCTION]
+        return self.code._guard(fn, b, kv_cache_spec, vllm_config)  # the sandbox's deadline
+
+    def metadata_qlen_term(self, s: Any, wrap: Any, assumptions: tuple[Any, ...]) -> Any:
+        """:meth:`metadata_qlen` as one z3 term over the shape, by path exploration of its own (a range up to
+        ``_mtp_decode_qlen`` takes each of its lengths; the gates' paths are not multiplied); 1 where the
+        builder raises, as its other outputs there (:meth:`_raising`: no step, every gate closed)."""
+
+        def run() -> Any:
+            sized = self.metadata_qlen(s, wrap)
+            return 1 if sized is None else sized
+
+        with alarm_handler():
+            paths = Explorer(assumptions).explore(run)
+        return z3.simplify(fold(paths))
+
     @staticmethod
     def _dcp_route(path_locals: dict[str, Any]) -> Any:
         """The step's DCP route as an index of DCP_ROUTES: _DCPDecodeRoute's value (0.31 on), or the
@@ -354,6 +386,8 @@ class RealGates:
                 continue
             lifted[name] = z3.simplify(fold(paths, itemgetter(name)))
         lifted["paths"] = len(paths)
+        if self.sizes_buffers:
+            lifted["metadata_qlen"] = self.metadata_qlen_term(view, wrap, (*sym.domain, *scope))
         v_scale_fix = self.v_scale_term(view, wrap, (*sym.domain, *scope))
         lifted["v_scale_fix"] = z3.simplify(
             z3.substitute(v_scale_fix, (z3.Bool(v_scale.GATE), lifted["gate"]))
@@ -551,6 +585,16 @@ def _real_revision(
             return _over_columns({"v_scale_fix_answered": term}, view)["v_scale_fix_answered"]
         return registry_answer(lifted_cache["v_scale_fix"], reg, s.arch)
 
+    def metadata_qlen(s: Any, o: dict[str, Any]) -> Term:
+        """The qlen the file sizes the persistent buffers for at ``s`` (None: the file sizes none, and the
+        buffers are taken to cover _mtp_decode_qlen)."""
+        if not concrete.sizes_buffers:
+            return None
+        if isinstance(s, Shape):
+            sized = concrete.metadata_qlen(s)
+            return o["T"] if sized is None else sized  # the builder raised: no step, no buffers
+        return o["metadata_qlen"]
+
     def route(s: Any, reg: Registry) -> Route:
         o = outputs(s)
         H = o["H"]
@@ -566,6 +610,7 @@ def _real_revision(
             use_persistent_metadata=o["gate"],
             wants_persistent_metadata=o["wants"],
             mtp_decode_qlen=o["T"],
+            metadata_qlen=metadata_qlen(s, o),
             decode_heads=H,
             head_padding=head_padding,
             padded_q_heads=m,

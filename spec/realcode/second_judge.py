@@ -72,7 +72,7 @@ TERM_OF_FACT = {
     VALIDITY: VALIDITY,
     "path": "path",
     "mtp_decode_qlen": "mtp_decode_qlen",
-    "metadata_qlen": "mtp_decode_qlen",
+    "metadata_qlen": "sized_qlen",
     "persistent_metadata": "use_persistent_metadata",
     "padded_heads": "padded_q_heads",
     "v_scale_fix": "v_scale_fix",

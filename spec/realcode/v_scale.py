@@ -134,7 +134,7 @@ def read(extracted: Extracted, text: str) -> VScale | None:
     )
     check_safe(label, "the V-scale correction", fn)
 
-    taken = _module_names(extracted.module)
+    taken = set(defined_at_module(extracted.module))
     new_defs: dict[str, ast.stmt] = {}
     frontier = names_read(fn) - taken - {PROBE_STUB}
     while frontier:
@@ -235,18 +235,6 @@ class _RenameCall(ast.NodeTransformer):
 
     def visit_Name(self, node: ast.Name) -> ast.Name:
         return ast.Name(self.new, node.ctx) if node.id == self.old else node
-
-
-def _module_names(module: ast.Module) -> set[str]:
-    out: set[str] = set()
-    for n in module.body:
-        if isinstance(n, (ast.FunctionDef, ast.ClassDef)):
-            out.add(n.name)
-        elif isinstance(n, ast.Assign):
-            out |= {t.id for t in n.targets if isinstance(t, ast.Name)}
-        elif isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name):
-            out.add(n.target.id)
-    return out
 
 
 # -- the probe's answer ------------------------------------------------------------------------------------

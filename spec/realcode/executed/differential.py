@@ -172,7 +172,7 @@ def expected(revision: Revision, reg: Registry, shape: Shape, options: dict[str,
     out: dict[str, Any] = {"validity": valid, "mtp_decode_qlen": int(r.mtp_decode_qlen)}
     if not valid:
         return out
-    out["metadata_qlen"] = int(r.mtp_decode_qlen)
+    out["metadata_qlen"] = int(r.sized_qlen)
     failure = failure_kind(d)
     out["outcome"] = EXPECTED_OUTCOME.get(failure, failure)
     out["persistent_metadata"] = bool(r.use_persistent_metadata)
