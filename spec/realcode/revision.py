@@ -144,7 +144,10 @@ class RealGates:
         }
         overrides = dict(LIFTING_BUILTINS) if lifting else {}
         if self.v_scale:
-            overrides[v_scale.PROBE_STUB] = v_scale.probe_stub(self.v_scale.probe_params, term_of, SymBool)
+            self.probe_answer = v_scale.uninterpreted(term_of, SymBool)
+            overrides[v_scale.PROBE_STUB] = v_scale.probe_stub(
+                self.v_scale.probe_params, lambda *args: self.probe_answer(*args)
+            )
         self.code = LoadedCode(loaded, Platform(knobs=values), builtins_override=overrides or None)
         # the DCP verify default of the tree around the file, or of ``tree`` standing in (real_revision)
         self.code.platform.dcp_verify = dcp_verify_default(gate_file)
@@ -277,6 +280,25 @@ class RealGates:
             cprr_heads=getattr(b, "_asm_dcp_verify_heads", 0),
             dcp_raises=dcp_raises,
         )
+
+    def v_scale_at(self, s: Shape, reg: Registry, gate: bool) -> bool:
+        """The decode metadata's ``fp8_v_scale_fix`` on a concrete shape, the file's code run with the probe
+        answered by ``reg`` (no exploration, no z3: what the executed harness does)."""
+        if self.v_scale is None:
+            return False
+        attrs, kv_cache_spec, vllm_config = self._builder_inputs(s, lambda name, v: v)
+        try:
+            b = self.code.builder(attrs, kv_cache_spec, vllm_config)
+        except SourceError:
+            raise
+        except ValueError:  # the builder raises: no decode step to correct
+            return False
+        fn, lifting = self.code.namespace[v_scale.FUNCTION], self.probe_answer
+        self.probe_answer = v_scale.registry_probe(reg, s.arch)
+        try:
+            return bool(self.code._guard(fn, b, kv_cache_spec, vllm_config, s.max_qo_len, gate))
+        finally:
+            self.probe_answer = lifting
 
     def v_scale_term(self, s: Any, wrap: Any = lambda name, v: v, assumptions: tuple[Any, ...] = ()) -> Any:
         """The decode metadata's ``fp8_v_scale_fix`` for shape ``s`` as the file computes it (its
@@ -569,15 +591,12 @@ def _real_revision(
 
     def v_scale_fix(s: Any, reg: Registry, o: dict[str, Any]) -> Term:
         """The file's V-scale correction for ``s`` with the probe answered by ``reg``: its lifted term (a
-        numpy table: evaluated over the table's columns), or for a concrete shape its own term at the
-        shape's gate, simplified to a bool."""
+        numpy table: evaluated over the table's columns), or for a concrete shape the file's code run at
+        the shape's gate."""
         if concrete.v_scale is None:
             return False
         if isinstance(s, Shape):
-            term = z3.substitute(
-                concrete.v_scale_term(s), (z3.Bool(v_scale.GATE), z3.BoolVal(bool(o["gate"])))
-            )
-            return z3.is_true(z3.simplify(registry_answer(term, reg, s.arch)))
+            return concrete.v_scale_at(s, reg, bool(o["gate"]))
         if not z3.is_expr(s.num_heads):
             view = s
             s = symbolic_shape().view

@@ -240,24 +240,37 @@ class _RenameCall(ast.NodeTransformer):
 # -- the probe's answer ------------------------------------------------------------------------------------
 
 
-def probe_stub(params: tuple[str, ...], term_of: Any, sym_bool: Any) -> Any:
-    """The sandbox's stand-in for the probe: its call's ``(num_heads, qlen, q_fp8)`` (bound by the probe's
-    own parameter names) as :data:`DROPS_V_SCALE` applied to their z3 terms, wrapped by ``sym_bool``."""
+def probe_stub(params: tuple[str, ...], answer: Any) -> Any:
+    """The sandbox's stand-in for the probe: its call's ``(num_heads, qlen, q_fp8)``, bound by the probe's
+    own parameter names, handed to ``answer`` (:func:`uninterpreted` while lifting, :func:`registry_probe`
+    on a concrete shape)."""
     signature = inspect.Signature(
         [inspect.Parameter(p, inspect.Parameter.POSITIONAL_OR_KEYWORD) for p in params]
     )
 
     def probe(*args: Any, **kwargs: Any) -> Any:
-        bound = signature.bind(*args, **kwargs)
-        values = list(bound.arguments.values())
+        values = list(signature.bind(*args, **kwargs).arguments.values())
         if len(values) != 3:
             raise RefusedCode(
                 f"the V-scale probe takes {len(values)} arguments, not (num_heads, qlen, q_fp8)"
             )
-        heads, qlen, q_fp8 = (term_of(v) for v in values)
-        return sym_bool(DROPS_V_SCALE(heads, qlen, q_fp8))
+        return answer(*values)
 
     return probe
+
+
+def uninterpreted(term_of: Any, sym_bool: Any) -> Any:
+    """The probe's answer while lifting: :data:`DROPS_V_SCALE` of its arguments' z3 terms, wrapped by
+    ``sym_bool`` (the explorer branches on it)."""
+    return lambda heads, qlen, q_fp8: sym_bool(DROPS_V_SCALE(term_of(heads), term_of(qlen), term_of(q_fp8)))
+
+
+def registry_probe(reg: Registry, arch: str) -> Any:
+    """The probe's answer on a concrete shape: the registry's, as the executed harness gives it
+    (``mla_spec_stub.recorder.drops_v_scale``)."""
+    return lambda heads, qlen, q_fp8: bool(
+        probe_drops_v_scale(reg, arch, int(heads), int(qlen), "fp8" if q_fp8 else "bf16")
+    )
 
 
 @cache
