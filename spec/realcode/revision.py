@@ -53,7 +53,7 @@ from mla_model.route import DCP_ROUTES, Route
 from mla_model.shape import FIELDS, KV_CACHE_DTYPES, Shape
 from spec.proof.terms import symbolic_shape
 from spec.realcode import buffer_sizing, v_scale
-from spec.realcode.extract import RefusedCode, extract
+from spec.realcode.extract import Extracted, RefusedCode, extract
 from spec.realcode.interpreter import RefusedAtRun
 from spec.realcode.knobs import ENVS, knobs_of, setting_label
 from spec.realcode.lifted_cache import lifted
@@ -110,6 +110,19 @@ def builder_kv_cache_dtype(kv_cache_dtype: Term) -> Term:
     )
 
 
+@cache
+def _read(source: Source) -> tuple[Extracted, v_scale.VScale | None, Extracted, bool]:
+    """What the sandbox loads of ``source``, read once per file (a revision loads it twice, to run on
+    shapes and to lift): the extraction; 0.34.0's V-scale correction (spec.realcode.v_scale), None where
+    the file has none; the extraction with that and the buffers' sizing (spec.realcode.buffer_sizing)
+    appended; whether the file sizes the buffers.  Nothing downstream changes them."""
+    extracted = extract(source)
+    correction = v_scale.read(extracted, source.text)
+    loaded = correction.extracted if correction else extracted
+    sized = buffer_sizing.read(loaded, source.text)
+    return extracted, correction, sized or loaded, sized is not None
+
+
 class RealGates:
     """One release's gate functions and the harness that calls them for a Shape."""
 
@@ -123,14 +136,7 @@ class RealGates:
     ) -> None:
         self.source = source
         self.threshold = threshold  # s -> reorder_batch_threshold (the release's, executed, where it can be)
-        self.extracted = extract(source)
-        # 0.34.0's V-scale correction, read from the file (spec.realcode.v_scale); None where it has none
-        self.v_scale = v_scale.read(self.extracted, source.text)
-        loaded = self.v_scale.extracted if self.v_scale else self.extracted
-        # the qlen the persistent buffers are sized for (spec.realcode.buffer_sizing); None: no sizing call
-        sized = buffer_sizing.read(loaded, source.text)
-        self.sizes_buffers = sized is not None
-        loaded = sized or loaded
+        self.extracted, self.v_scale, loaded, self.sizes_buffers = _read(source)
         gate_file = source.path if tree is None else tree / RELATIVE_PATH
         # knobs the model does not know: unset (an envs knob: the tree's declared default) unless ``setting``
         self.knobs = knobs_of(loaded.module)
