@@ -148,6 +148,7 @@ def test_heads_padded_by_tiling_pass_the_proof_and_are_caught_executed(tmp_path)
     assert sarif["tool"]["driver"]["rules"][-1]["id"] == "executed-disagreement"
 
 
+@pytest.mark.slow  # the regular run proves the file-read correction in tests/test_v_scale.py
 @pytest.mark.network
 @needs_torch
 def test_disabling_the_v_scale_fix_is_proved_and_the_executed_file_agrees(tmp_path):
