@@ -58,7 +58,8 @@ def test_buffers_sized_one_qlen_short_are_read_as_such_and_violate_metadata_cove
     from spec.realcode.revision import RealGates
 
     gates = RealGates(Source("one short", resolve("0.34.0").path, text.replace(SIZED_QLENS_34, ONE_SHORT_34)))
-    assert gates.metadata_qlen(Shape(arch="gfx950", spec_method="mtp", num_spec_tokens=3, max_qo_len=4)) == 3
+    step = Shape(arch="gfx950", spec_method="mtp", num_spec_tokens=3, max_qo_len=4)
+    assert gates.metadata_qlen(gates.outputs(step)["built"]) == 3
 
 
 @pytest.mark.network

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from functools import cache
 from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import z3
 
@@ -110,6 +110,15 @@ def builder_kv_cache_dtype(kv_cache_dtype: Term) -> Term:
     )
 
 
+class Built(NamedTuple):
+    """A builder after its ``__init__`` slice (None where ``__init__`` raised), with what it was given:
+    the arguments the synthesised V-scale and sizing functions take after it."""
+
+    builder: Any
+    kv_cache_spec: Any
+    vllm_config: Any
+
+
 @cache
 def _read(source: Source) -> tuple[Extracted, v_scale.VScale | None, Extracted, bool]:
     """What the sandbox loads of ``source``, read once per file (a revision loads it twice, to run on
@@ -149,8 +158,8 @@ class RealGates:
             for k in self.knobs
         }
         overrides = dict(LIFTING_BUILTINS) if lifting else {}
+        self.probe_answer = v_scale.uninterpreted(term_of, SymBool)  # v_scale_at swaps in a registry's
         if self.v_scale:
-            self.probe_answer = v_scale.uninterpreted(term_of, SymBool)
             overrides[v_scale.PROBE_STUB] = v_scale.probe_stub(
                 self.v_scale.probe_params, lambda *args: self.probe_answer(*args)
             )
@@ -206,24 +215,34 @@ class RealGates:
         )
         return attrs, kv_cache_spec, vllm_config
 
-    def outputs(self, s: Any, wrap: Any = lambda name, v: v) -> dict[str, Any]:
-        """Every routing answer of the release for shape ``s`` (plain or symbolic via ``wrap``) but the
-        V-scale correction (:meth:`v_scale_term`)."""
+    def _built(self, s: Any, wrap: Any) -> tuple[dict[str, Any], Built]:
+        """The builder's attributes for shape ``s``, and the builder after its ``__init__`` slice with the
+        KV cache spec and vLLM config it was given (:class:`Built`; its builder None where ``__init__``
+        raises: 0.33.0+, DCP verify with no cprr head count and no segmented MLA)."""
         attrs, kv_cache_spec, vllm_config = self._builder_inputs(s, wrap)
-        heads, qlen = attrs["num_heads"], wrap("max_qo_len", s.max_qo_len)
-        dcp, causal, kv_bytes = attrs["dcp_world_size"], wrap("causal", s.causal), attrs["_kv_cache_bytes"]
-        builder_dtype, raw_dtype = attrs["_kv_cache_dtype_str"], vllm_config.cache_config.cache_dtype
         try:
             b = self.code.builder(attrs, kv_cache_spec, vllm_config)
         except SourceError:  # the sandbox refusing the code: not the release raising
             raise
-        except ValueError:  # 0.33.0+: DCP verify with no cprr head count and no segmented MLA
-            return self._raising(heads)
+        except ValueError:
+            b = None
+        return attrs, Built(b, kv_cache_spec, vllm_config)
+
+    def outputs(self, s: Any, wrap: Any = lambda name, v: v) -> dict[str, Any]:
+        """Every routing answer of the release for shape ``s`` (plain or symbolic via ``wrap``) but the
+        V-scale correction and the buffers' sizing, and the builder they run on (``built``)."""
+        attrs, built = self._built(s, wrap)
+        heads, qlen = attrs["num_heads"], wrap("max_qo_len", s.max_qo_len)
+        dcp, causal, kv_bytes = attrs["dcp_world_size"], wrap("causal", s.causal), attrs["_kv_cache_bytes"]
+        builder_dtype, raw_dtype = attrs["_kv_cache_dtype_str"], built.vllm_config.cache_config.cache_dtype
+        b = built.builder
+        if b is None:
+            return self._raising(heads, built=built)
         H = getattr(b, "_decode_num_heads", heads)
         try:
             gate, path_locals = self.code.persistent_gate(b, qlen)
         except RuntimeError:  # 0.31.0+ _select_dcp_decode_route: no route for a DCP multi-token step
-            return self._raising(heads, H)
+            return self._raising(heads, H, built)
         common = dict(
             num_heads=H, max_qo_len=qlen, dcp_world_size=dcp, causal=causal, kv_cache_bytes=kv_bytes
         )
@@ -258,6 +277,7 @@ class RealGates:
         T = b._mtp_decode_qlen
         b._mtp_decode_qlen = qlen  # the gate without its 1 <= qlen <= _mtp_decode_qlen clause
         wants, _ = self.code.persistent_gate(b, qlen)
+        b._mtp_decode_qlen = T  # the builder as __init__ left it: the V-scale and sizing code run on it
         heads_valid = self.code.call("is_valid_num_heads", num_heads=heads)
         if self.gathers_dcp:
             heads_valid = bool(heads_valid) and bool(self.code.call("is_valid_num_heads", num_heads=H))
@@ -285,79 +305,52 @@ class RealGates:
             droute=droute,
             cprr_heads=getattr(b, "_asm_dcp_verify_heads", 0),
             dcp_raises=dcp_raises,
+            built=built,
         )
 
-    def v_scale_at(self, s: Shape, reg: Registry, gate: bool) -> bool:
-        """The decode metadata's ``fp8_v_scale_fix`` on a concrete shape, the file's code run with the probe
-        answered by ``reg`` (no exploration, no z3: what the executed harness does)."""
-        if self.v_scale is None:
-            return False
-        attrs, kv_cache_spec, vllm_config = self._builder_inputs(s, lambda name, v: v)
+    def v_scale_at(self, built: Built, qlen: int, reg: Registry, arch: str, gate: bool) -> bool:
+        """The decode metadata's ``fp8_v_scale_fix`` on a concrete shape, the file's code run on the
+        shape's builder with the probe answered by ``reg`` on ``arch`` (no exploration, no z3: what the
+        executed harness does)."""
+        lifting, self.probe_answer = self.probe_answer, v_scale.registry_probe(reg, arch)
         try:
-            b = self.code.builder(attrs, kv_cache_spec, vllm_config)
-        except SourceError:
-            raise
-        except ValueError:  # the builder raises: no decode step to correct
-            return False
-        fn, lifting = self.code.namespace[v_scale.FUNCTION], self.probe_answer
-        self.probe_answer = v_scale.registry_probe(reg, s.arch)
-        try:
-            return bool(self.code._guard(fn, b, kv_cache_spec, vllm_config, s.max_qo_len, gate))
+            return bool(self._v_scale(built, qlen, gate))
         finally:
             self.probe_answer = lifting
 
-    def v_scale_term(self, s: Any, wrap: Any = lambda name, v: v, assumptions: tuple[Any, ...] = ()) -> Any:
-        """The decode metadata's ``fp8_v_scale_fix`` for shape ``s`` as the file computes it (its
-        ``__init__`` probe and its ``_build_decode`` expression, :mod:`spec.realcode.v_scale`): one z3 term
-        over the shape, the persistent gate (``z3.Bool(v_scale.GATE)``) and the probe's answers
-        (:data:`v_scale.DROPS_V_SCALE`), by path exploration of its own, so the probe's branches do not
-        multiply the gates' paths.  False where the file has no correction, or its builder raises."""
-        if self.v_scale is None:
-            return z3.BoolVal(False)
+    def _v_scale(self, built: Built, qlen: Any, gate: Any) -> Any:
+        """The file's V-scale code on ``built`` (False where there is none, or ``__init__`` raised)."""
+        if self.v_scale is None or built.builder is None:
+            return False
         fn = self.code.namespace[v_scale.FUNCTION]
+        return self.code._guard(fn, *built, qlen, gate)  # the sandbox's deadline
+
+    def v_scale_term(self, s: Any, wrap: Any, assumptions: tuple[Any, ...]) -> Any:
+        """The decode metadata's ``fp8_v_scale_fix`` for the symbolic shape ``s`` as the file computes it
+        (its ``__init__`` probe and its ``_build_decode`` expression, :mod:`spec.realcode.v_scale`): one z3
+        term over the shape, the persistent gate (``z3.Bool(v_scale.GATE)``) and the probe's answers
+        (:data:`v_scale.DROPS_V_SCALE`), by path exploration of its own, so the probe's branches do not
+        multiply the gates' paths."""
         gate = SymBool(z3.Bool(v_scale.GATE))
-
-        def run() -> Any:
-            attrs, kv_cache_spec, vllm_config = self._builder_inputs(s, wrap)
-            try:
-                b = self.code.builder(attrs, kv_cache_spec, vllm_config)
-            except SourceError:
-                raise
-            except ValueError:  # the builder raises (outputs: _raising): no decode step to correct
-                return False
-            qlen = wrap("max_qo_len", s.max_qo_len)
-            return self.code._guard(fn, b, kv_cache_spec, vllm_config, qlen, gate)  # the sandbox's deadline
-
+        qlen = wrap("max_qo_len", s.max_qo_len)
         with alarm_handler():
-            paths = Explorer(assumptions).explore(run)
+            paths = Explorer(assumptions).explore(lambda: self._v_scale(self._built(s, wrap)[1], qlen, gate))
         return z3.simplify(fold(paths))
 
-    def metadata_qlen(self, s: Any, wrap: Any = lambda name, v: v) -> Any:
-        """The largest qlen the builder's ``__init__`` sizes the persistent buffers for, on shape ``s``
-        (:mod:`spec.realcode.buffer_sizing`); None where the file sizes none, or its builder raises."""
-        if not self.sizes_buffers:
-            return None
-        attrs, kv_cache_spec, vllm_config = self._builder_inputs(s, wrap)
-        try:
-            b = self.code.builder(attrs, kv_cache_spec, vllm_config)
-        except SourceError:
-            raise
-        except ValueError:  # the builder raises (outputs: _raising): no buffers
-            return None
-        fn = self.code.namespace[buffer_sizing.FUNCTION]
-        return self.code._guard(fn, b, kv_cache_spec, vllm_config)  # the sandbox's deadline
+    def metadata_qlen(self, built: Built) -> Any:
+        """The largest qlen the builder's ``__init__`` sizes the persistent buffers for
+        (:mod:`spec.realcode.buffer_sizing`) on ``built``; 1 where ``__init__`` raised, as the other outputs
+        there (:meth:`_raising`: no step, every gate closed)."""
+        if built.builder is None:
+            return 1
+        return self.code._guard(self.code.namespace[buffer_sizing.FUNCTION], *built)  # the sandbox's deadline
 
     def metadata_qlen_term(self, s: Any, wrap: Any, assumptions: tuple[Any, ...]) -> Any:
-        """:meth:`metadata_qlen` as one z3 term over the shape, by path exploration of its own (a range up to
-        ``_mtp_decode_qlen`` takes each of its lengths; the gates' paths are not multiplied); 1 where the
-        builder raises, as its other outputs there (:meth:`_raising`: no step, every gate closed)."""
-
-        def run() -> Any:
-            sized = self.metadata_qlen(s, wrap)
-            return 1 if sized is None else sized
-
+        """:meth:`metadata_qlen` as one z3 term over the symbolic shape ``s``, by path exploration of its own
+        (a range up to ``_mtp_decode_qlen`` takes each of its lengths; the gates' paths are not
+        multiplied)."""
         with alarm_handler():
-            paths = Explorer(assumptions).explore(run)
+            paths = Explorer(assumptions).explore(lambda: self.metadata_qlen(self._built(s, wrap)[1]))
         return z3.simplify(fold(paths))
 
     @staticmethod
@@ -370,7 +363,7 @@ class RealGates:
             return DCP_ROUTES.index("segmented") if path_locals["use_segmented_dcp_verify"] else 0
         return 0
 
-    def _raising(self, heads: Any, decode_heads: Any = None) -> dict[str, Any]:
+    def _raising(self, heads: Any, decode_heads: Any = None, built: Built | None = None) -> dict[str, Any]:
         """The outputs of a step on which the release raises before any kernel (every gate closed)."""
         H = heads if decode_heads is None else decode_heads
         return dict(
@@ -388,6 +381,7 @@ class RealGates:
             droute=0,
             cprr_heads=0,
             dcp_raises=True,
+            built=built,
         )
 
     def lift(self) -> dict[str, Any]:
@@ -416,7 +410,9 @@ class RealGates:
         lifted["paths"] = len(paths)
         if self.sizes_buffers:
             lifted["metadata_qlen"] = self.metadata_qlen_term(view, wrap, (*sym.domain, *scope))
-        v_scale_fix = self.v_scale_term(view, wrap, (*sym.domain, *scope))
+        v_scale_fix = (
+            self.v_scale_term(view, wrap, (*sym.domain, *scope)) if self.v_scale else z3.BoolVal(False)
+        )
         lifted["v_scale_fix"] = z3.simplify(
             z3.substitute(v_scale_fix, (z3.Bool(v_scale.GATE), lifted["gate"]))
         )
@@ -602,7 +598,7 @@ def _real_revision(
         if concrete.v_scale is None:
             return False
         if isinstance(s, Shape):
-            return concrete.v_scale_at(s, reg, bool(o["gate"]))
+            return concrete.v_scale_at(o["built"], s.max_qo_len, reg, s.arch, bool(o["gate"]))
         if not z3.is_expr(s.num_heads):
             view = s
             s = symbolic_shape().view
@@ -616,8 +612,7 @@ def _real_revision(
         if not concrete.sizes_buffers:
             return None
         if isinstance(s, Shape):
-            sized = concrete.metadata_qlen(s)
-            return o["T"] if sized is None else sized  # the builder raised: no step, no buffers
+            return concrete.metadata_qlen(o["built"])
         return o["metadata_qlen"]
 
     def route(s: Any, reg: Registry) -> Route:

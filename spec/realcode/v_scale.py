@@ -124,10 +124,9 @@ def read(extracted: Extracted, text: str) -> VScale | None:
         label, early_returns(init.body), wanted, known, f"the decode metadata's {FIELD}", tree
     )
     probe = _probe(init_slice, module_defs)
+    stub = ast.Name(PROBE_STUB, ast.Load())
     renamed = (
-        [_RenameCall(probe.name, PROBE_STUB).visit(copy.deepcopy(s)) for s in init_slice]
-        if probe
-        else init_slice
+        [Substitute(probe.name, stub).visit(copy.deepcopy(s)) for s in init_slice] if probe else init_slice
     )
     fn = plain_function(
         FUNCTION, plain_args(*INIT_INPUTS, qlen, GATE), [*renamed, *build_slice, ast.Return(expr)]
@@ -227,14 +226,6 @@ def _probe(init_slice: list[ast.stmt], module_defs: dict[str, ast.stmt]) -> ast.
                 if isinstance(node, ast.FunctionDef) and calls_named(node, PROBE_KERNEL):
                     return node
     return None
-
-
-class _RenameCall(ast.NodeTransformer):
-    def __init__(self, old: str, new: str) -> None:
-        self.old, self.new = old, new
-
-    def visit_Name(self, node: ast.Name) -> ast.Name:
-        return ast.Name(self.new, node.ctx) if node.id == self.old else node
 
 
 # -- the probe's answer ------------------------------------------------------------------------------------
