@@ -380,21 +380,27 @@ def dcp_mutants(release: str = DCP_RELEASE) -> tuple[str, list[Mutant]]:
     return text, generate(text, dcp=True)
 
 
-def shadow_tree(release: str, mutated: str, where: Path) -> Path:
-    """A vLLM tree under ``where`` that is the release's, with ``rocm_aiter_mla.py`` replaced by ``mutated``.
+def shadow_tree(release: str, mutated: str, where: Path, relative: Path = RELATIVE_PATH) -> Path:
+    """A vLLM tree under ``where`` that is the release's, with ``relative`` (default ``rocm_aiter_mla.py``)
+    replaced by ``mutated``.
 
     Every other entry is a symlink into the cached release tree, so the harness,
     the shipped tests and the lifted revision see the mutant as a release file
     (its helper code and executed ``reorder_batch_threshold`` are the release's).
-    Returns the mutant's path.
+    Called again on the same ``where``, it replaces one more file.  Returns the
+    replaced file's path.
     """
     real = release_tree(release)
     src, dst = real, where
-    for part in RELATIVE_PATH.parts:
+    for part in relative.parts:
+        if dst.is_symlink():  # a folder an earlier call linked whole: now it holds a replaced file
+            dst.unlink()
         dst.mkdir(parents=True, exist_ok=True)
         for entry in os.listdir(src):
-            if entry != part:
+            if entry != part and not os.path.lexists(dst / entry):
                 os.symlink(src / entry, dst / entry)
         src, dst = src / part, dst / part
+    if dst.is_symlink():
+        dst.unlink()
     dst.write_text(mutated)
     return dst

@@ -198,11 +198,11 @@ class Step:
         name = options.get("replay")
         self.replay = importlib.import_module(name) if name else None
 
-    def run(self, shape: Any, registry: Any, seed: int) -> dict[str, Any]:
+    def enter(self, shape: Any, registry: Any) -> Any:
+        """Make the stubs answer for ``shape`` (arch, Gluon build, small-head mode, the registry, the
+        replay's kernel), with no call or event recorded yet and the release's caches cleared; the device."""
         import mla_spec_stub
         import torch
-
-        from spec.realcode.executed import configs
 
         st = mla_spec_stub.STATE
         st.arch, st.asm_padding_mode, st.gluon_build = shape.arch, shape.asm_padding_mode, shape.gluon_build
@@ -212,9 +212,18 @@ class Step:
         st.kernel = self.replay.kernel if self.replay else None
         st.timer = getattr(self.replay, "kernel_ms", None)
         clear_caches(self.module)
+        st.device = torch.device(self.options.get("device", "cpu"))
+        return st.device
+
+    def run(self, shape: Any, registry: Any, seed: int) -> dict[str, Any]:
+        import mla_spec_stub
+        import torch
+
+        from spec.realcode.executed import configs
+
+        st = mla_spec_stub.STATE
+        device = self.enter(shape, registry)
         out: dict[str, Any] = {"shape": shape.to_json(), "stage": "init"}
-        device = torch.device(self.options.get("device", "cpu"))
-        st.device = device
         try:
             vllm_config, kv_spec = configs.vllm_config(shape, self.options)
             builder = self.module.AiterMLAMetadataBuilder(kv_spec, [configs.LAYER], vllm_config, device)
@@ -321,15 +330,20 @@ def main() -> None:
     registry = load_registry(request["registry"])
     options = dict(request.get("options") or {})
     step = Step(module, release_file, options)
-    shapes, seed = request["shapes"], int(request.get("seed", 0))
-    workers = min(int(request.get("workers", 1)), len(shapes))
-    if workers > 1 and not cuda_started():
-        ok = run_forked(step, registry, shapes, seed, workers)
-    else:
-        ok = run_shapes(step, registry, shapes, seed, sys.stdout)
-    if not ok:
+    if not run_all(
+        step, registry, request["shapes"], int(request.get("seed", 0)), int(request.get("workers", 1))
+    ):
         sys.exit(2)
     print(json.dumps({"done": True}))
+
+
+def run_all(step: Step, registry: Any, shapes: list[dict[str, Any]], seed: int, workers: int) -> bool:
+    """Every shape's JSON line on stdout, split over up to ``workers`` forked processes while CUDA has not
+    started here; False after a stub fault (its ``fatal`` line printed)."""
+    workers = min(workers, len(shapes))
+    if workers > 1 and not cuda_started():
+        return run_forked(step, registry, shapes, seed, workers)
+    return run_shapes(step, registry, shapes, seed, sys.stdout)
 
 
 def loaded_torch() -> None:

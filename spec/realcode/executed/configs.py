@@ -178,6 +178,23 @@ class Batch:
         return self.q_true is None
 
 
+def quantisation(shape: Shape, options: dict[str, Any]) -> tuple[torch.dtype, float, torch.dtype, float]:
+    """``(kv_dtype, kv_scale, q_dtype, q_scale)``: the stored dtypes of the cache and the query handed to
+    ``forward_mqa``, and the scales that dequantise them (1.0 where not fp8; the harness options'
+    ``kv_scale``/``q_scale`` where fp8, as the layer's ``_k_scale``/``_q_scale`` hold them)."""
+    fp8 = shape.kv_cache_dtype in FP8_KV_CACHE_DTYPES
+    kv_scale = float(option(options, "kv_scale")) if fp8 else 1.0
+    half = torch.float16 if shape.kv_cache_dtype == "float16" else torch.bfloat16
+    q_fp8 = shape.q_dtype == "fp8"
+    q_scale = float(option(options, "q_scale")) if q_fp8 else 1.0
+    return (
+        fp8_dtype(shape) if fp8 else half,
+        kv_scale,
+        fp8_dtype(shape) if q_fp8 else torch.bfloat16,
+        q_scale,
+    )
+
+
 def batch(
     shape: Shape, options: dict[str, Any], gen: torch.Generator, device: torch.device, values: bool = True
 ) -> Batch:
@@ -204,13 +221,7 @@ def batch(
     rows = torch.repeat_interleave(torch.arange(R), lens)
     cols = torch.arange(int(lens.sum())) - torch.repeat_interleave(torch.cumsum(lens, 0) - lens, lens)
     table[rows, cols] = perm[: int(lens.sum())].to(torch.int32)
-    fp8 = shape.kv_cache_dtype in FP8_KV_CACHE_DTYPES
-    kv_scale = float(option(options, "kv_scale")) if fp8 else 1.0
-    half = torch.float16 if shape.kv_cache_dtype == "float16" else torch.bfloat16
-    kv_dtype = fp8_dtype(shape) if fp8 else half
-    q_fp8 = shape.q_dtype == "fp8"
-    q_scale = float(option(options, "q_scale")) if q_fp8 else 1.0
-    q_dtype = fp8_dtype(shape) if q_fp8 else torch.bfloat16
+    kv_dtype, kv_scale, q_dtype, q_scale = quantisation(shape, options)
     kv_true: torch.Tensor | None = None
     q_true: torch.Tensor | None = None
     if values:
@@ -308,9 +319,7 @@ def impl_args(shape: Shape) -> dict[str, Any]:
 def layer(shape: Shape, options: dict[str, Any], device: torch.device) -> Any:
     """The attention layer's scales (vllm/model_executor/layers/attention: ``_q_scale``, ``_k_scale``
     tensors)."""
-    fp8 = shape.kv_cache_dtype in FP8_KV_CACHE_DTYPES
-    kv_scale = float(option(options, "kv_scale")) if fp8 else 1.0
-    q_scale = float(option(options, "q_scale")) if shape.q_dtype == "fp8" else 1.0
+    _, kv_scale, _, q_scale = quantisation(shape, options)
     from mla_spec_stub import Bag
 
     t = lambda v: torch.tensor([v], dtype=torch.float32, device=device)  # noqa: E731

@@ -55,6 +55,12 @@ class CommonAttentionMetadata:
     dcp_local_seq_lens: Any = None
     dcp_local_seq_lens_cpu: Any = None
     seq_lens_cpu: Any = None
+    # What the release's tests/v1/attention/utils.py create_common_attn_metadata also passes (0.27.1-0.34.0),
+    # and 0.34.0's renamed DCP field: declared by the releases, read by nothing the harness runs.
+    seq_lens_cpu_upper_bound: Any = None
+    dcp_local_seq_lens_cpu_upper_bound: Any = None
+    _seq_lens_cpu: Any = None
+    _num_computed_tokens_cpu: Any = None
 
 
 class AttentionMetadataBuilder(ABC):
