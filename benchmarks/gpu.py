@@ -10,6 +10,8 @@ It runs, on ``--device`` (``cuda`` by default):
 * the ``aiter-triton`` backend on one revision's cases (:data:`AITER_TRITON`), where amd-aiter imports;
 * the DCP replay (:func:`conformance.dcp_numbers.measure`) of 0.34.0, every route at dcp 2, 4 and 8,
   simulated ranks, clean and with the ``drop-rank-lse`` fault;
+* vllm-0.28's drop-in module through ``python -m conformance.vllm_shim --device`` on 0.28.0 and 0.27.1
+  (:func:`run_drop_in`): its numeric part, built with the release's own test utilities, on the GPU;
 
 and writes ``--out`` (docs/results/gpu-acceptance.json): the commit, the digest of every source file on
 the GPU path (:data:`GPU_PATH`, the one list; tests/test_gpu_acceptance_record.py recomputes it on the
@@ -55,9 +57,12 @@ GPU_PATH: tuple[str, ...] = (
     "conformance/dcp_merge.py",
     "conformance/dcp_numbers.py",
     "conformance/dcp_replay.py",
+    "conformance/drop_in.py",
     "conformance/expect.py",
     "conformance/pytest_plugin.py",
     "conformance/runner.py",
+    "conformance/vllm_module.py",
+    "conformance/vllm_shim.py",
     "spec/realcode/__init__.py",
     "spec/realcode/extract.py",
     "spec/realcode/sandbox.py",
@@ -83,6 +88,7 @@ RELEASES = (("0.27.1", "vllm_027"), ("0.28.0", "vllm_028"), ("0.34.0", "vllm_034
 AITER_TRITON = "vllm_028"
 DCP_RELEASE, DCP_SIZES = "0.34.0", (2, 4, 8)
 DCP_KV_LEN, DCP_BLOCK = 256, 16
+DROP_IN = ("vllm-0.28", "vllm_028", ("0.28.0", "0.27.1"))  # the module, its cases, the releases it runs on
 GOAL_CASES_PER_MINUTE = 1000
 # 0.27.1's fp8 -> Gluon counterexamples: Gluon reads the fp8 cache with kv_scale=1.0 (sources §41).
 FP8_GLUON_CAUSE = "gluon_kv_scale"
@@ -193,6 +199,55 @@ def run_dcp(device: str) -> dict[str, Any]:
     }
 
 
+def run_drop_in(device: str, workdir: Path) -> dict[str, Any]:
+    """vllm-0.28's drop-in module (rendered from its committed cases, as ``cases --style vllm`` writes it)
+    through ``python -m conformance.vllm_shim --device DEVICE`` on 0.28.0 and on 0.27.1: its numeric part
+    on the stand-in kernels there, and the numeric cases 0.27's model sends into the fp8 -> Gluon class."""
+    from conformance.vllm_module import numeric_cases, render_vllm_module
+    from mla_model.case import expected_outcome, read_cases
+    from mla_model.registry import load_registry
+    from mla_model.revisions import get_revision
+
+    revision, folder, releases = DROP_IN
+    cases = read_cases(ROOT / "tests" / "generated" / folder / "cases.jsonl")
+    module = workdir / "test_rocm_aiter_mla_mlaspec_routing.py"
+    module.write_text(render_vllm_module(revision, cases[0].registry, cases))
+    before = get_revision("vllm-0.27")
+    wrong = sorted(
+        f"test_numeric_matches_float32_reference[{c.id}]"
+        for c in numeric_cases(revision, cases)
+        if expected_outcome(before, load_registry(c.registry), c.shape).get("cause") == FP8_GLUON_CAUSE
+    )
+    record: dict[str, Any] = {"revision": revision, "fp8_gluon_on_0.27.1": wrong}
+    for release in releases:
+        started = time.time()
+        argv = ["--vllm", release, "--device", device, module.name, "-q", "--tb=no", "-rfp"]
+        proc = subprocess.run(
+            [sys.executable, "-m", "conformance.vllm_shim", *argv],
+            capture_output=True,
+            text=True,
+            cwd=workdir,
+        )
+        ids = {
+            kind: sorted(
+                line.split("::", 1)[1].split(" - ", 1)[0].strip()
+                for line in proc.stdout.splitlines()
+                if line.startswith(kind)
+            )
+            for kind in ("PASSED", "FAILED")
+        }
+        record[release] = {
+            "exit": proc.returncode,
+            "passed": len(ids["PASSED"]),
+            "failed": len(ids["FAILED"]),
+            "numeric_passed": [i for i in ids["PASSED"] if i.startswith("test_numeric")],
+            "numeric_failed": [i for i in ids["FAILED"] if i.startswith("test_numeric")],
+            "summary": ((proc.stdout + proc.stderr).strip().splitlines() or [""])[-1],
+            "wall_s": round(time.time() - started, 2),
+        }
+    return record
+
+
 def _commit(given: str | None) -> str | None:
     if given:
         return given
@@ -219,6 +274,7 @@ def acceptance(record: dict[str, Any]) -> dict[str, bool]:
     vllm = record["vllm"]
     timing = record["vllm_timing"]
     dcp_rows = record["dcp"]["rows"]
+    drop_in = record["drop_in"]
     return {
         "0.27.1: no fp8 -> Gluon counterexample PASSes": vllm["0.27.1"]["fp8_gluon"]["passed"] == 0
         and vllm["0.27.1"]["fp8_gluon"]["cases"] > 0,
@@ -239,6 +295,11 @@ def acceptance(record: dict[str, Any]) -> dict[str, bool]:
         "a rerun gives the same statuses": all(v["rerun"]["same_statuses"] for v in vllm.values()),
         "kernel time <= reference time (medians)": timing["median_kernel_ms"] is not None
         and timing["median_kernel_ms"] <= timing["median_reference_ms"],
+        "drop-in module: passes on 0.28.0, its numeric part included": drop_in["0.28.0"]["exit"] == 0
+        and bool(drop_in["0.28.0"]["numeric_passed"])
+        and not drop_in["0.28.0"]["numeric_failed"],
+        "drop-in module: 0.27.1's fp8 -> Gluon numeric case fails": bool(drop_in["fp8_gluon_on_0.27.1"])
+        and set(drop_in["fp8_gluon_on_0.27.1"]) <= set(drop_in["0.27.1"]["numeric_failed"]),
     }
 
 
@@ -319,6 +380,10 @@ def run(device: str, commit: str | None, workdir: Path) -> dict[str, Any]:
     record["dcp"] = run_dcp(device)
     for r in record["dcp"]["rows"]:
         print(f"dcp {r['dcp']} {r['route']}: taken {r['taken']}, clean {r['clean']}, fault {r['fault']}")
+    record["drop_in"] = run_drop_in(device, workdir)
+    for release in DROP_IN[2]:
+        got = record["drop_in"][release]
+        print(f"drop-in on {release}: {got['summary']}; numeric failed {got['numeric_failed']}", flush=True)
     record["acceptance"] = acceptance(record)
     record["met"] = all(record["acceptance"].values())
     record["wall_s"] = round(time.time() - started, 1)
@@ -348,6 +413,7 @@ def _median(values: list[float]) -> float | None:
 # ``vllm/...py`` path they name, and the speculators' per-method configs, lie in them; the rest of the tree
 # is never opened: measured with an open() audit hook over the CPU runs of the three releases).
 TREE_PARTS = (
+    "tests/v1/attention/utils.py",
     "vllm/*.py",
     "vllm/config/*.py",
     "vllm/distributed/device_communicators/*.py",

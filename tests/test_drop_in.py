@@ -4,8 +4,8 @@ Each revision's module must pass on its own release and, on the neighbouring
 release, fail exactly the (decision, case) pairs where the neighbour's model
 revision states other facts: so a failure means the two releases route that
 case differently, and every such case is caught.  The regular run keeps
-0.28's module on its own release; every revision and every pair (0.28.0 /
-0.27.1, the #51011 fix, with the numeric part's fp8 → Gluon case) runs under
+0.28's module on its own release and on 0.27.1 (the #51011 fix, with the
+numeric part's fp8 → Gluon case); every other revision and pair runs under
 ``-m slow``.
 """
 
@@ -19,11 +19,13 @@ from pathlib import Path
 import pytest
 
 from conformance.drop_in import facts
-from conformance.vllm_module import in_scope, model_pins, released_revisions
+from conformance.vllm_module import in_scope, model_pins, numeric_cases, released_revisions
 from mla_model.registry import load_registry
 from mla_model.revisions import RELEASE_OF_REVISION, get_revision
 from spec.analyses.cases import generate
+from spec.analyses.mutants import RELATIVE_PATH, shadow_tree
 from spec.realcode.executed.differential import expected
+from spec.realcode.source import release_tree
 from tests.cli import run
 from tests.params import regular_and_slow
 
@@ -57,11 +59,21 @@ def folder(tmp_path_factory):
     return tmp_path_factory.mktemp("dropin")
 
 
-def _shim(module: Path, release: str) -> tuple[set[str], int]:
-    """(the failed test ids ``test_x[case]``, the number passed) of the module run through the shim."""
+def _shim(module: Path, release: str, *extra: str) -> tuple[set[str], set[str]]:
+    """(the failed test ids ``test_x[case]``, the passed ones) of the module run through the shim."""
     r = subprocess.run(
-        [sys.executable, "-m", "conformance.vllm_shim", "--vllm", release, module.name, "-q", "--tb=no"]
-        + ["-rf"],
+        [
+            sys.executable,
+            "-m",
+            "conformance.vllm_shim",
+            "--vllm",
+            release,
+            *extra,
+            module.name,
+            "-q",
+            "--tb=no",
+        ]
+        + ["-rfp"],
         capture_output=True,
         text=True,
         cwd=module.parent,
@@ -70,15 +82,20 @@ def _shim(module: Path, release: str) -> tuple[set[str], int]:
     assert r.returncode in (0, 1), r.stdout[-3000:] + r.stderr[-3000:]
     # ``FAILED path::test_x[case]``, followed by `` - message`` where the terminal is wide enough or
     # pytest sees a CI environment (``CI`` set: it then never truncates the summary line).
-    failed = {
-        line.split("::", 1)[1].split(" - ", 1)[0].strip()
-        for line in r.stdout.splitlines()
-        if line.startswith("FAILED")
+    ids = {
+        kind: {
+            line.split("::", 1)[1].split(" - ", 1)[0].strip()
+            for line in r.stdout.splitlines()
+            if line.startswith(kind)
+        }
+        for kind in ("FAILED", "PASSED")
     }
-    summary = r.stdout.strip().splitlines()[-1]
-    passed = int(summary.split(" passed")[0].split()[-1]) if " passed" in summary else 0
-    assert (r.returncode == 1) == bool(failed), summary
-    return failed, passed
+    assert (r.returncode == 1) == bool(ids["FAILED"]), r.stdout.strip().splitlines()[-1]
+    return ids["FAILED"], ids["PASSED"]
+
+
+def _numeric_ids(revision: str, cases: list) -> set[str]:
+    return {f"test_numeric_matches_float32_reference[{c.id}]" for c in numeric_cases(revision, cases)}
 
 
 def _differing(module_revision: str, release_revision: str, cases: list) -> tuple[set[str], set[str]]:
@@ -104,11 +121,12 @@ def test_module_passes_on_its_own_release(revision, folder):
     module, cases = _generated(revision, folder)
     failed, passed = _shim(module, RELEASE_OF_REVISION[revision])
     assert not failed, sorted(failed)[:10]
-    assert passed > len(cases)  # every case pins at least its outcome, most several decisions
+    assert len(passed) > len(cases)  # every case pins at least its outcome, most several decisions
+    assert _numeric_ids(revision, cases) <= passed  # one numeric step per route, each within tolerance
 
 
 @pytest.mark.network
-@pytest.mark.parametrize("pair", regular_and_slow(PAIRS, ids="-on-".join))
+@pytest.mark.parametrize("pair", regular_and_slow(PAIRS, REPRESENTATIVE, ids="-on-".join))
 def test_module_fails_on_the_neighbour_exactly_where_routes_differ(pair, folder):
     """The module fails on the neighbour's release exactly where the two models state different facts.
 
@@ -128,3 +146,72 @@ def test_module_fails_on_the_neighbour_exactly_where_routes_differ(pair, folder)
     if pair == REPRESENTATIVE:
         # The numeric part: on 0.27.1 the fp8 cache goes to Gluon, which ignores the KV scale.
         assert "test_numeric_matches_float32_reference[gfx950-fp8-h1-q1-nospec-auto-qbf16]" in failed
+
+
+UTILS = Path("tests/v1/attention/utils.py")
+
+
+@pytest.mark.network
+def test_numeric_part_runs_the_trees_own_test_utilities(folder, tmp_path):
+    """The numeric steps are built by the tree's ``create_common_attn_metadata``: an edit that makes it
+    raise fails every numeric test, with the edit's message, and no routing test."""
+    module, cases = _generated("vllm-0.28", folder)
+    release_file = shadow_tree(
+        "0.28.0", (release_tree("0.28.0") / RELATIVE_PATH).read_text(), tmp_path / "tree"
+    )
+    text = (release_tree("0.28.0") / UTILS).read_text()
+    head = "def create_common_attn_metadata("
+    body = text.index(":\n", text.index(head)) + 2
+    edited = text[:body] + '    raise RuntimeError("edited create_common_attn_metadata")\n' + text[body:]
+    shadow_tree("0.28.0", edited, tmp_path / "tree", UTILS)
+    failed, passed = _shim(module, str(release_file), "--tree", str(tmp_path / "tree"))
+    assert failed == _numeric_ids("vllm-0.28", cases)
+    assert passed and not any(p.startswith("test_numeric") for p in passed)
+
+
+@pytest.mark.network
+def test_a_tree_without_test_utilities_is_one_error_line(folder, tmp_path):
+    module, _ = _generated("vllm-0.28", folder)
+    release_file = shadow_tree(
+        "0.28.0", (release_tree("0.28.0") / RELATIVE_PATH).read_text(), tmp_path / "tree"
+    )
+    (tmp_path / "tree" / "tests").unlink()
+    (tmp_path / "tree" / "tests").mkdir()
+    r = subprocess.run(
+        [sys.executable, "-m", "conformance.vllm_shim", "--vllm", str(release_file), "--tree"]
+        + [str(tmp_path / "tree"), module.name, "-q"],
+        capture_output=True,
+        text=True,
+        cwd=module.parent,
+        timeout=300,
+    )
+    assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
+    assert r.stderr.count("\n") == 1 and "tests/v1/attention/utils.py" in r.stderr, r.stderr
+
+
+@pytest.mark.network
+def test_the_recorded_sample_in_the_cases_reference_is_what_the_shim_gives(folder):
+    """docs/reference/cases.md's recorded runs of 0.28's module: the counts, the numeric failures and
+    the per-decision failure counts its prose gives, against this run."""
+    import re
+
+    doc = (Path(__file__).resolve().parents[1] / "docs/reference/cases.md").read_text()
+    section = doc[doc.index("### A drop-in module for vLLM") : doc.index("### One file for the GPU replay")]
+    module, _ = _generated("vllm-0.28", folder)
+    failed_own, passed_own = _shim(module, "0.28.0")
+    failed, passed = _shim(module, "0.27.1")
+    assert not failed_own and re.search(rf"\n{len(passed_own)} passed in ", section)
+    assert re.search(rf"\n{len(failed)} failed, {len(passed)} passed in ", section)
+    numeric = {f for f in failed if f.startswith("test_numeric")}
+    assert numeric == set(re.findall(r"::(test_numeric_matches_float32_reference\[[^\]]+\])", section))
+    decisions = (
+        "gluon_predicates",
+        "persistent_gate",
+        "asm_request",
+        "triton_verify",
+        "outcome",
+        "threshold",
+    )
+    for decision in decisions:
+        count = sum(1 for f in failed if f.startswith(f"test_{decision}["))
+        assert f"{count} `test_{decision}`" in " ".join(section.split()), decision
