@@ -59,8 +59,10 @@ def folder(tmp_path_factory):
     return tmp_path_factory.mktemp("dropin")
 
 
-def _shim(module: Path, release: str, *extra: str) -> tuple[set[str], set[str]]:
-    """(the failed test ids ``test_x[case]``, the passed ones) of the module run through the shim."""
+@cache
+def _shim(module: Path, release: str, *extra: str) -> tuple[frozenset[str], frozenset[str]]:
+    """(the failed test ids ``test_x[case]``, the passed ones) of the module run through the shim; one run
+    per module, release and options in a worker."""
     r = subprocess.run(
         [
             sys.executable,
@@ -91,7 +93,7 @@ def _shim(module: Path, release: str, *extra: str) -> tuple[set[str], set[str]]:
         for kind in ("FAILED", "PASSED")
     }
     assert (r.returncode == 1) == bool(ids["FAILED"]), r.stdout.strip().splitlines()[-1]
-    return ids["FAILED"], ids["PASSED"]
+    return frozenset(ids["FAILED"]), frozenset(ids["PASSED"])
 
 
 def _numeric_ids(revision: str, cases: list) -> set[str]:
