@@ -117,4 +117,4 @@ def test_a_sizing_call_under_an_if_is_refused_naming_its_line():
     with pytest.raises(
         RefusedCode, match=r"line \d+: the builder's __init__ sizes the persistent buffers inside"
     ):
-        buffer_sizing.read(extract(Source("edited", source.path, text)), text)
+        buffer_sizing.read(extract(Source("edited", source.path, text)))

@@ -104,7 +104,7 @@ def test_the_concrete_correction_is_the_lifted_one_at_the_same_shape(shape, regi
 @pytest.mark.network
 def test_a_release_without_the_correction_reads_none():
     source = resolve("0.33.0")
-    assert v_scale.read(extract(source), source.text) is None
+    assert v_scale.read(extract(source)) is None
 
 
 @pytest.mark.network
@@ -112,7 +112,7 @@ def test_the_correction_names_the_probe_by_what_it_does():
     """The probe is found by the AITER decode it launches: renamed, it is still the probe."""
     source = resolve("0.34.0")
     text = source.text.replace("_aiter_fp8_mla_decode_drops_v_scale", "_measure_v")
-    read = v_scale.read(extract(Source("renamed", source.path, text)), text)
+    read = v_scale.read(extract(Source("renamed", source.path, text)))
     assert read is not None and read.probe_params == ("num_heads", "qlen", "q_fp8")
     fn = next(
         n for n in read.extracted.module.body if isinstance(n, ast.FunctionDef) and n.name == v_scale.FUNCTION
@@ -129,7 +129,7 @@ def test_a_field_reading_a_local_set_after_the_gate_otherwise_is_refused_naming_
     )
     assert text != source.text
     with pytest.raises(RefusedCode, match="reads has_persistent_metadata, set at line"):
-        v_scale.read(extract(Source("edited", source.path, text)), text)
+        v_scale.read(extract(Source("edited", source.path, text)))
 
 
 # -- the lifting constructs the correction needs (spec.realcode.symexec) -----------------------------------

@@ -26,6 +26,7 @@ from spec.realcode.extract import (
     RefusedCode,
     backward_slice,
     builder_init_slice,
+    calls_to,
     check_safe,
     early_returns,
     find_class,
@@ -43,11 +44,11 @@ FUNCTION = "mla_spec_metadata_qlen"  # the synthesised function: (builder, kv_ca
 _COMPREHENSIONS = (ast.GeneratorExp, ast.ListComp, ast.SetComp)
 
 
-def read(extracted: Extracted, text: str) -> Extracted | None:
+def read(extracted: Extracted) -> Extracted | None:
     """``extracted`` with :data:`FUNCTION` appended, or None where the builder's ``__init__`` calls no
     ``get_mla_metadata_info_v1`` (the buffers are then taken to cover ``_mtp_decode_qlen``)."""
     label = extracted.label
-    tree = ast.parse(text, filename=label)  # extract() parsed the same text already: no SyntaxError here
+    tree = extracted.tree
     builder = find_class(tree, lambda c: method_named(c, "_build_decode") is not None)
     init = method_named(builder, "__init__")
     if init is None:
@@ -56,7 +57,7 @@ def read(extracted: Extracted, text: str) -> Extracted | None:
     sized: list[ast.expr] = []
     holders: list[ast.stmt] = []
     for stmt in body:
-        for call in _sizing_calls(stmt):
+        for call in calls_to(stmt, SIZING_CALL):
             if not isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.Expr)):
                 raise RefusedCode(
                     f"{label}: line {call.lineno}: the builder's __init__ sizes the persistent buffers "
@@ -87,15 +88,6 @@ def read(extracted: Extracted, text: str) -> Extracted | None:
     module = ast.Module(body=[*extracted.module.body, fn], type_ignores=[])
     ast.fix_missing_locations(module)
     return replace(extracted, module=module)
-
-
-def _sizing_calls(stmt: ast.stmt) -> list[ast.Call]:
-    return [
-        n
-        for n in ast.walk(stmt)
-        if isinstance(n, ast.Call)
-        and (n.func.id if isinstance(n.func, ast.Name) else getattr(n.func, "attr", None)) == SIZING_CALL
-    ]
 
 
 def _qlen_asked(label: str, call: ast.Call, stmt: ast.stmt) -> ast.expr:

@@ -174,6 +174,9 @@ class Extracted:
     # whether the attention impl (the class with forward_mqa) calls use_gluon_verify itself (0.28.0 L1234);
     # from 0.29 it reads the builder's decision off the decode metadata
     impl_calls_verify: bool = False
+    # the whole file as extract() parsed it, for the readers that take more of it (v_scale, buffer_sizing);
+    # never changed by them
+    tree: ast.Module = field(default_factory=lambda: ast.Module(body=[], type_ignores=[]), compare=False)
 
 
 def names_read(node: ast.AST) -> set[str]:
@@ -421,21 +424,8 @@ def extract(source: Source) -> Extracted:
     body: list[ast.stmt] = [pruned, *functions]
 
     # 3. Module-level definitions reached from everything taken, transitively.
-    module_defs = defined_at_module(tree)
-    taken: dict[str, ast.stmt] = {}
-    frontier_names = set().union(*(names_read(n) for n in body))
-    while frontier_names:
-        name = frontier_names.pop()
-        if name in taken or name == HELPER or name in STUB_NAMES or name in SAFE_BUILTIN_NAMES:
-            continue
-        node = module_defs.get(name)
-        if node is None or isinstance(node, (ast.Import, ast.ImportFrom)):
-            raise RefusedCode(f"{label}: the gate code reaches {name!r}, which is outside the stub set")
-        check_safe(label, name, node)
-        taken[name] = node
-        frontier_names |= names_read(node)
-    order = {id(n): i for i, n in enumerate(tree.body)}
-    module_nodes = sorted({id(n): n for n in taken.values()}.values(), key=lambda n: order[id(n)])
+    known = {HELPER} | STUB_NAMES | SAFE_BUILTIN_NAMES
+    module_nodes = module_closure(label, tree, body, known, "the gate code")
     module = ast.Module(body=[*module_nodes, *body], type_ignores=[])
     ast.fix_missing_locations(module)
     impl = find_class(tree, lambda c: method_named(c, "forward_mqa") is not None)
@@ -447,7 +437,31 @@ def extract(source: Source) -> Extracted:
         "\n\n".join(ast.unparse(m) for m in _called_methods(impl, forward)),
         tuple(sorted(init_attrs)),
         impl is not None and calls_named(impl, "use_gluon_verify"),
+        tree,
     )
+
+
+def module_closure(
+    label: str, tree: ast.Module, roots: list[ast.stmt], known: set[str], what: str
+) -> list[ast.stmt]:
+    """The module-level definitions of ``tree`` that ``roots`` read, transitively, in the file's order, each
+    checked (:func:`check_safe`); names in ``known`` are not taken.  A name that is neither, or an import,
+    is refused: ``what`` reaches it."""
+    module_defs = defined_at_module(tree)
+    taken: dict[str, ast.stmt] = {}
+    frontier = set().union(*(names_read(n) for n in roots))
+    while frontier:
+        name = frontier.pop()
+        if name in taken or name in known:
+            continue
+        node = module_defs.get(name)
+        if node is None or isinstance(node, (ast.Import, ast.ImportFrom)):
+            raise RefusedCode(f"{label}: {what} reaches {name!r}, which is outside the stub set")
+        check_safe(label, name, node)
+        taken[name] = node
+        frontier |= names_read(node)
+    order = {id(n): i for i, n in enumerate(tree.body)}
+    return sorted({id(n): n for n in taken.values()}.values(), key=lambda n: order[id(n)])
 
 
 def _called_methods(cls: ast.ClassDef | None, method: ast.FunctionDef | None) -> list[ast.FunctionDef]:
@@ -470,13 +484,19 @@ def _called_methods(cls: ast.ClassDef | None, method: ast.FunctionDef | None) ->
     return [m for m in methods.values() if m.name in taken]
 
 
+def calls_to(node: ast.AST, name: str) -> list[ast.Call]:
+    """The calls in ``node`` of a function or method named ``name``, in walk order."""
+    return [
+        n
+        for n in ast.walk(node)
+        if isinstance(n, ast.Call)
+        and (n.func.id if isinstance(n.func, ast.Name) else getattr(n.func, "attr", None)) == name
+    ]
+
+
 def calls_named(node: ast.AST, name: str) -> bool:
     """Whether ``node`` calls a function or method named ``name``."""
-    return any(
-        isinstance(n, ast.Call)
-        and (n.func.id if isinstance(n.func, ast.Name) else getattr(n.func, "attr", None)) == name
-        for n in ast.walk(node)
-    )
+    return bool(calls_to(node, name))
 
 
 def early_returns(body: list[ast.stmt]) -> list[ast.stmt]:

@@ -126,9 +126,9 @@ def _read(source: Source) -> tuple[Extracted, v_scale.VScale | None, Extracted, 
     the file has none; the extraction with that and the buffers' sizing (spec.realcode.buffer_sizing)
     appended; whether the file sizes the buffers.  Nothing downstream changes them."""
     extracted = extract(source)
-    correction = v_scale.read(extracted, source.text)
+    correction = v_scale.read(extracted)
     loaded = correction.extracted if correction else extracted
-    sized = buffer_sizing.read(loaded, source.text)
+    sized = buffer_sizing.read(loaded)
     return extracted, correction, sized or loaded, sized is not None
 
 

@@ -57,6 +57,7 @@ from spec.realcode.extract import (
     early_returns,
     find_class,
     method_named,
+    module_closure,
     module_or_stub,
     names_read,
     persistent_gate_if,
@@ -88,11 +89,11 @@ class VScale:
     probe_params: tuple[str, ...]
 
 
-def read(extracted: Extracted, text: str) -> VScale | None:
+def read(extracted: Extracted) -> VScale | None:
     """The file's V-scale correction, or None where its builder passes no ``fp8_v_scale_fix`` to the decode
     metadata or forward_mqa never reads it (0.27.1-0.33.0: no correction)."""
     label = extracted.label
-    tree = ast.parse(text, filename=label)  # extract() parsed the same text already: no SyntaxError here
+    tree = extracted.tree
     builder = find_class(tree, lambda c: method_named(c, "_build_decode") is not None)
     build, init = method_named(builder, "_build_decode"), method_named(builder, "__init__")
     if build is None or init is None:
@@ -133,23 +134,12 @@ def read(extracted: Extracted, text: str) -> VScale | None:
     )
     check_safe(label, "the V-scale correction", fn)
 
-    taken = set(defined_at_module(extracted.module))
-    new_defs: dict[str, ast.stmt] = {}
-    frontier = names_read(fn) - taken - {PROBE_STUB}
-    while frontier:
-        name = frontier.pop()
-        if name in new_defs or name in taken or name in module_or_stub(tree) - set(module_defs):
-            continue
-        node = module_defs.get(name)
-        if node is None or isinstance(node, (ast.Import, ast.ImportFrom)):
-            raise RefusedCode(
-                f"{label}: the V-scale correction reaches {name!r}, which is outside the stub set"
-            )
-        check_safe(label, name, node)
-        new_defs[name] = node
-        frontier |= names_read(node) - taken
-    order = {id(n): i for i, n in enumerate(tree.body)}
-    extra = sorted(new_defs.values(), key=lambda n: order[id(n)])
+    # The module definitions it reaches that the extraction does not hold yet (stub and builtin names
+    # stay stubs unless the file defines them).
+    known = (
+        set(defined_at_module(extracted.module)) | {PROBE_STUB} | (module_or_stub(tree) - set(module_defs))
+    )
+    extra = module_closure(label, tree, [fn], known, "the V-scale correction")
     module = ast.Module(body=[*extra, *extracted.module.body, fn], type_ignores=[])
     ast.fix_missing_locations(module)
     params = tuple(a.arg for a in probe.args.args) if probe else ()
