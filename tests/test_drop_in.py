@@ -176,6 +176,7 @@ def test_numeric_part_runs_the_trees_own_test_utilities(folder, tmp_path):
 
 
 @pytest.mark.network
+@pytest.mark.slow  # the shim's plumbing for a lone file's tree; the regular run keeps the utilities test
 def test_a_tree_without_test_utilities_is_one_error_line(folder, tmp_path):
     module, _ = _generated("vllm-0.28", folder)
     release_file = shadow_tree(
