@@ -124,6 +124,7 @@ def _json(*args) -> tuple[int, dict]:
     return r.returncode, json.loads(r.stdout)
 
 
+@pytest.mark.slow  # 17 s (README command: issue 26's 3 minutes)
 @pytest.mark.network
 def test_the_unedited_0_34_0_file_has_no_new_class_in_its_tree_or_alone(tmp_path):
     """In its tree the file was held to a manifest row written for releases and got 2 surprises on
@@ -144,6 +145,7 @@ def test_the_unedited_0_34_0_file_has_no_new_class_in_its_tree_or_alone(tmp_path
     assert r.returncode == 1 and "2 surprises against the bundled" in " ".join(r.stdout.split())
 
 
+@pytest.mark.slow  # 24 s (README command: issue 26's 3 minutes)
 @pytest.mark.network
 def test_padding_small_heads_to_8_is_a_new_class_of_an_invariant_violated_already(tmp_path):
     from spec.realcode.source import fetch_release

@@ -149,6 +149,7 @@ def test_the_child_sees_only_allowed_variables_a_scratch_folder_and_limits(loopi
     assert seen["cpu"][0] != resource.RLIM_INFINITY and seen["as"][0] != resource.RLIM_INFINITY
 
 
+@pytest.mark.slow  # 10 s (README command: issue 26's 3 minutes)
 def test_a_module_level_loop_ends_at_the_timeout_with_one_line_and_nothing_left(looping_tree, tmp_path):
     proc, token = _start(looping_tree, tmp_path, "5")
     _wait_for_probe(tmp_path, proc)

@@ -109,6 +109,7 @@ def test_conform_exits_0_when_every_status_is_the_predicted_one(tmp_path):
     assert "2 of 2 statuses as expected, 0 surprise(s)" in result.output
 
 
+@pytest.mark.slow  # 5 s (README command: issue 26's 3 minutes)
 def test_a_lost_detection_makes_conform_exit_1_naming_it(tmp_path):
     gluon = case_key(_case("vllm_027", "gluon_kv_scale"))
     result, _ = _conform(tmp_path, {gluon: "PASS"})

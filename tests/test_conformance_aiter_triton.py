@@ -17,6 +17,7 @@ import torch
 from conformance.backends import aiter_triton, load_backend
 from conformance.runner import run_case
 from mla_model.case import read_cases
+from tests.params import regular_and_slow
 
 GENERATED = Path(__file__).resolve().parent / "generated"
 
@@ -63,7 +64,7 @@ def test_skips_with_its_reason_without_a_gpu():
     assert record["status"] == "SKIP" and "CUDA or ROCm GPU" in record["detail"]
 
 
-@pytest.mark.parametrize("revision_dir", ["vllm_028", "vllm_034"])
+@pytest.mark.parametrize("revision_dir", regular_and_slow(["vllm_028", "vllm_034"], "vllm_028"))
 def test_data_path_around_the_kernel_matches_the_reference(monkeypatch, revision_dir):
     monkeypatch.setattr(aiter_triton, "load_kernel", lambda: _stand_in)
     backend = aiter_triton.AiterTritonBackend()

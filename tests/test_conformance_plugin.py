@@ -47,6 +47,7 @@ def _pytest(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow  # 10 s (README command: issue 26's 3 minutes)
 def test_plugin_replays_streams_and_resumes(tmp_path):
     cases = _small(PRE_FIX, 5, tmp_path / "cases.jsonl", want_mismatch=True)
     results = tmp_path / "results.jsonl"

@@ -216,6 +216,7 @@ def test_0_28_0_computes_its_committed_cases_right(monkeypatch):
     assert fp8 and all(c["kv_scale"] == 0.5 for r in fp8 for c in r["executed"])
 
 
+@pytest.mark.slow  # 5 s (README command: issue 26's 3 minutes)
 @pytest.mark.network
 def test_conform_streams_vllm_results(tmp_path):
     cases = tmp_path / "cases.jsonl"

@@ -93,6 +93,7 @@ def test_segmented_simulated_ranks_pass(dcp):
     assert row["verdict"]["status"] == "PASS", row["verdict"]
 
 
+@pytest.mark.slow  # 7 s (README command: issue 26's 3 minutes)
 @pytest.mark.network
 def test_segmented_dropped_lse_is_a_mismatch():
     (row,) = _run(

@@ -157,6 +157,7 @@ def test_module_fails_on_the_neighbour_exactly_where_routes_differ(pair, folder)
 UTILS = Path("tests/v1/attention/utils.py")
 
 
+@pytest.mark.slow  # 6 s (README command: issue 26's 3 minutes)
 @pytest.mark.network
 def test_numeric_part_runs_the_trees_own_test_utilities(folder, tmp_path):
     """The numeric steps are built by the tree's ``create_common_attn_metadata``: an edit that makes it
@@ -176,7 +177,7 @@ def test_numeric_part_runs_the_trees_own_test_utilities(folder, tmp_path):
 
 
 @pytest.mark.network
-@pytest.mark.slow  # the shim's plumbing for a lone file's tree; the regular run keeps the utilities test
+@pytest.mark.slow  # the shim's plumbing for a lone file's tree
 def test_a_tree_without_test_utilities_is_one_error_line(folder, tmp_path):
     module, _ = _generated("vllm-0.28", folder)
     release_file = shadow_tree(

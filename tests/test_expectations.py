@@ -283,6 +283,7 @@ def test_junit_passes_expected_violations_and_fails_surprises(tmp_path):
     )  # gluon-only-where-built, kernel-exists, gluon-kv-in-bounds, known-wrong, kv-scale, total
 
 
+@pytest.mark.slow  # 9 s (README command: issue 26's 3 minutes)
 @pytest.mark.network
 def test_a_gate_mutant_of_0_28_0_makes_check_exit_1_naming_the_unexpected_verdict(tmp_path):
     """The 0.28.0 file with its fp8 test in use_gluon_decode negated, held to the bundled manifest's rows

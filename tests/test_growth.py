@@ -38,6 +38,7 @@ def edited(tmp_path_factory):
     return shadow_tree("0.34.0", text.replace(NOT_CAUSAL, BY_HEADS), tmp_path_factory.mktemp("t") / "tree")
 
 
+@pytest.mark.slow  # 5 s (README command: issue 26's 3 minutes)
 def test_a_violation_moved_into_a_class_the_baseline_has_is_a_surprise_with_its_least_shape(edited):
     out = run("check", edited, "--invariant", "kernel-exists", "--format", "json", "--no-execute")
     assert out.returncode == 1, out.stderr

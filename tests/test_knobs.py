@@ -72,6 +72,7 @@ def test_os_beyond_the_environment_is_refused_naming_it(tmp_path, use):
         RealGates(Source(str(path), path, path.read_text()))
 
 
+@pytest.mark.slow  # 5 s (README command: issue 26's 3 minutes)
 @pytest.mark.network
 def test_a_new_knob_that_lets_fp8_reach_gluon_is_violated_when_set_and_named(tmp_path):
     from spec.analyses.mutants import shadow_tree

@@ -136,6 +136,7 @@ def test_explain_shows_the_scales_the_kernel_gets_and_applies(revision, args, sc
         assert (got["q_scale_passed"], got["kv_scale_passed"], got["kv_scale_on_v_times"]) == (q, kv, v)
 
 
+@pytest.mark.slow  # 5 s (README command: issue 26's 3 minutes)
 @pytest.mark.network
 def test_the_executed_releases_output_follows_the_v_scale_the_kernel_drops_and_0_34_puts_back():
     """The vllm backend: the release's real forward_mqa over a stand-in kernel that, as the registry lists

@@ -56,6 +56,7 @@ def test_check_stops_a_runaway_gate_and_reports_unknown(runaway_file, kind):
     }.get(kind, "a number past 65536 bits") in flat
 
 
+@pytest.mark.slow  # 5 s (README command: issue 26's 3 minutes)
 def test_bind_stops_a_looping_gate_in_the_bounded_comparison_and_exits_3(runaway_file):
     r = run(
         "bind", "--vllm", runaway_file("loop"), "--revision", "vllm-0.28", "--shapes", "0", "--timeout", "2"

@@ -119,6 +119,7 @@ def test_the_unedited_file_in_its_tree_agrees_with_its_lifted_gates_on_every_sha
     assert judged["disagreements"] == [] and judged["differing_fields"] == [] and judged["children"] == 1
 
 
+@pytest.mark.slow  # 23 s (README command: issue 26's 3 minutes)
 @pytest.mark.network
 @needs_torch
 def test_heads_padded_by_tiling_pass_the_proof_and_are_caught_executed(tmp_path):
@@ -165,6 +166,7 @@ def test_disabling_the_v_scale_fix_is_proved_and_the_executed_file_agrees(tmp_pa
     assert data["executed"][0]["ran"] and data["executed"][0]["disagreements_by_field"] == {}
 
 
+@pytest.mark.slow  # 13 s (README command: issue 26's 3 minutes)
 @pytest.mark.network
 @needs_torch
 def test_fp8_let_through_to_gluon_runs_it_with_kv_scale_one_as_the_executed_file_shows(tmp_path):
@@ -203,6 +205,7 @@ GLUON_CALL_SITE = (
 )
 
 
+@pytest.mark.slow  # 14 s (README command: issue 26's 3 minutes)
 @pytest.mark.network
 @needs_torch
 def test_the_builders_own_call_site_arguments_decide_the_gluon_route(tmp_path):

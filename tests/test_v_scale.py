@@ -20,6 +20,7 @@ from spec.realcode import v_scale
 from spec.realcode.extract import RefusedCode, extract
 from spec.realcode.source import Source, resolve
 from spec.realcode.symexec import Explorer, LiftingUnsupported, SymInt
+from tests.params import regular_and_slow
 
 REGISTRIES = ("aiter-0.1.19", "aiter-0.1.20")
 RANGE_END = "                    + 1,\n                )\n                if _aiter"
@@ -45,7 +46,7 @@ def _model_minus_file(lifted: dict, registry: str):
 
 
 @pytest.mark.network
-@pytest.mark.parametrize("registry", REGISTRIES)
+@pytest.mark.parametrize("registry", regular_and_slow(REGISTRIES, "aiter-0.1.20"))
 def test_the_file_read_correction_of_0340_is_the_models_formula_everywhere(registry):
     """The model's formula (dcp_era.fp8_v_scale_fix, held to the executed release by bind) and 0.34.0's own
     code, lifted, agree on every shape of the domain: z3 finds no shape where they differ."""

@@ -54,6 +54,7 @@ def test_release_against_itself_all_pass():
     assert r["passed"] == r["items"] and not r["failed"] and not r["errors"] and not r["not_runnable"]
 
 
+@pytest.mark.slow  # 5 s (README command: issue 26's 3 minutes)
 @pytest.mark.network
 def test_fp8_routing_tests_fail_on_older_release():
     r = run_shipped_tests(RELEASE, against="0.27.1")
