@@ -22,6 +22,7 @@ from mla_model.route import KernelRequest
 from mla_model.vectorised import columns_of, shape_arrays
 from spec.proof.invariants import INVARIANTS
 from spec.proof.strategies import shapes
+from tests.params import regular_and_slow
 
 
 def _at(value, i, n):
@@ -59,7 +60,7 @@ def _terms(d):
     return out
 
 
-@pytest.mark.parametrize("registry_id", REGISTRY_IDS)
+@pytest.mark.parametrize("registry_id", regular_and_slow(REGISTRY_IDS, REGISTRY_IDS[-1]))
 @pytest.mark.parametrize("revision_id", list(REVISIONS))
 @settings(max_examples=40, deadline=None)
 @given(batch=st.lists(shapes(), min_size=1, max_size=64))

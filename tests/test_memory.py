@@ -14,6 +14,7 @@ import pytest
 
 from mla_model.shape import Shape
 from tests.cli import run
+from tests.params import regular_and_slow
 
 
 def _dtypes(arch: str):
@@ -182,7 +183,7 @@ SHAPES = [
 
 
 @pytest.mark.network
-@pytest.mark.parametrize("release", ["0.28.0", "0.34.0"])
+@pytest.mark.parametrize("release", regular_and_slow(["0.28.0", "0.34.0"], "0.34.0"))
 def test_the_bytes_are_the_executed_sizing_call_times_aiters_function(release):
     """Each buffer's bytes equal AITER's executed get_mla_metadata_info_v1 on the sizing call the harness
     records for the release's builder (the per-dimension maximum over its calls on 0.34.0, which sizes per

@@ -54,10 +54,11 @@ TRITON_IF = "        if use_triton_verify:\n"
             MODE_CALL.replace("_aiter_mla_small_head_mode()", "(lambda: _aiter_mla_small_head_mode())()"),
             "a lambda",
         ),
-        (
+        pytest.param(  # the same refusal on a second construct: behind the slow marker (tests/params.py)
             TRITON_IF,
             "        while use_triton_verify and not triton_verify_num_kv_splits:\n",
             "triton_verify_num_kv_splits",
+            marks=pytest.mark.slow,
         ),
     ],
     ids=["lambda-in-a-predicate", "triton-verify-decided-in-a-loop"],
