@@ -219,39 +219,15 @@ def atoms_of(term: Any) -> list[Any]:
 
 
 def _plain_products(t: Any) -> Any:
-    """``t`` with every product case split (:func:`product_of_split`) replaced by its product, and the
-    operands of every sum and product in one order (:func:`_in_order`).  z3's simplify orders operands by
-    AST id, which depends on what the process built or read back from the lifted cache before, so without
-    this one gate's text could differ between two runs (the suspected cause of a cold-cache CI failure of
-    ``test_a_lone_copy_by_relative_path_is_explained_as_its_release``)."""
+    """``t`` with every product case split (:func:`product_of_split`) replaced by its product."""
     if not z3.is_app(t):
         return t
     product = product_of_split(t)
     if product is not None:
-        return _in_order(product, product.children())
+        return product
     kids = t.children()
     plain = [_plain_products(c) for c in kids]
-    if t.decl().kind() in _ORDERED:
-        return _in_order(t, plain)
     return t if all(a.eq(b) for a, b in zip(kids, plain)) else t.decl()(*plain)
-
-
-_ORDERED = {z3.Z3_OP_ADD: z3.Sum, z3.Z3_OP_MUL: z3.Product}
-
-
-def _in_order(t: Any, operands: list[Any]) -> Any:
-    """The sum or product ``t`` of ``operands``, rebuilt in the order of their SMT-LIB text with numbers
-    last (``x + 15``, ``((x + 15)/16)*16``), except a product's -1, first (``-1*x``), as z3 writes them."""
-    build = _ORDERED.get(t.decl().kind())
-    if build is None:
-        return t
-
-    def key(a: Any) -> tuple[int, str]:
-        if not z3.is_int_value(a):
-            return 1, a.sexpr()
-        return (0 if build is z3.Product and a.as_long() == -1 else 2), a.sexpr()
-
-    return build(*sorted(operands, key=key))
 
 
 def describe_atom(t: Any, fields: tuple[str, ...], variables: dict[str, Any]) -> str:
