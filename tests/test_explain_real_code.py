@@ -39,10 +39,18 @@ def test_a_lone_copy_by_relative_path_is_explained_as_its_release(tmp_path):
     status, lone = _explain("--vllm", "rocm_aiter_mla.py", cwd=tmp_path)
     _, release = _explain("--vllm", "0.34.0")
     assert lone["revision"] == "rocm_aiter_mla.py"
-    # The same facts; in one process the order of a tree's children may differ between the two lifts (z3
-    # orders the operands of and/or it simplifies by the ids its terms got, which depend on what the
-    # process built before), so lists are compared as sorted.
-    assert _unordered({**lone, "revision": None}) == _unordered({**release, "revision": None})
+    # The same facts: route, kernel, scales, invariants, each decision's value and its conditions' values.
+    # A decision's "tree" is how its lifted term reads, and the lifted term's form follows what the process
+    # built or read from the lifted cache before (z3 simplifies by AST id): with CI's cache the lone copy's
+    # tree listed 60 atoms, the release's 59, the same decisions with the same values.  So trees are left
+    # out, and lists compared as sorted.
+    assert _facts(lone) == _facts(release)
+
+
+def _facts(explained: dict) -> dict:
+    decided = explained["decisions"]
+    decisions = {name: {k: v for k, v in d.items() if k != "tree"} for name, d in decided.items()}
+    return _unordered({**explained, "revision": None, "decisions": decisions})
 
 
 def _unordered(value):
