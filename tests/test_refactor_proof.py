@@ -20,6 +20,7 @@ import pytest
 
 from benchmarks.detection import check_outcome
 from tests.cli import run
+from tests.params import regular_and_slow
 from tests.rewrites import all_rewrites
 from tests.test_check_baseline import RELEASES
 
@@ -45,23 +46,25 @@ MODE_CALL = '        mode = _aiter_mla_small_head_mode()\n        if mode == "as
 TRITON_IF = "        if use_triton_verify:\n"
 
 
+# Each edit: (the text replaced, its replacement, what the refusal names).
+LAMBDA_EDIT = (
+    MODE_CALL,
+    MODE_CALL.replace("_aiter_mla_small_head_mode()", "(lambda: _aiter_mla_small_head_mode())()"),
+    "a lambda",
+)
+LOOP_EDIT = (
+    TRITON_IF,
+    "        while use_triton_verify and not triton_verify_num_kv_splits:\n",
+    "triton_verify_num_kv_splits",
+)
+EDIT_IDS = {LAMBDA_EDIT: "lambda-in-a-predicate", LOOP_EDIT: "triton-verify-decided-in-a-loop"}
+
+
 @pytest.mark.network
 @pytest.mark.parametrize(
     "old, new, named",
-    [
-        (
-            MODE_CALL,
-            MODE_CALL.replace("_aiter_mla_small_head_mode()", "(lambda: _aiter_mla_small_head_mode())()"),
-            "a lambda",
-        ),
-        pytest.param(  # the same refusal on a second construct: behind the slow marker (tests/params.py)
-            TRITON_IF,
-            "        while use_triton_verify and not triton_verify_num_kv_splits:\n",
-            "triton_verify_num_kv_splits",
-            marks=pytest.mark.slow,
-        ),
-    ],
-    ids=["lambda-in-a-predicate", "triton-verify-decided-in-a-loop"],
+    # the same refusal on a second construct runs behind the slow marker
+    regular_and_slow([LAMBDA_EDIT, LOOP_EDIT], LAMBDA_EDIT, ids=EDIT_IDS.__getitem__, unpack=True),
 )
 def test_a_construct_outside_the_subset_is_unknown_naming_it_and_its_line_once(old, new, named, tmp_path):
     """Issue 24 item 2: a rewrite the lifting does not read is UNKNOWN everywhere, the construct and its
