@@ -202,7 +202,8 @@ def run_dcp(device: str) -> dict[str, Any]:
 def run_drop_in(device: str, workdir: Path) -> dict[str, Any]:
     """vllm-0.28's drop-in module (rendered from its committed cases, as ``cases --style vllm`` writes it)
     through ``python -m conformance.vllm_shim --device DEVICE`` on 0.28.0 and on 0.27.1: its numeric part
-    on the stand-in kernels there, and the numeric cases 0.27's model sends into the fp8 -> Gluon class."""
+    on the stand-in kernels there, and the numeric cases 0.27's model sends into the fp8 -> Gluon class.
+    Each run's output is kept in ``WORKDIR/drop-in-RELEASE.log``."""
     from conformance.vllm_module import numeric_cases, render_vllm_module
     from mla_model.case import expected_outcome, read_cases
     from mla_model.registry import load_registry
@@ -221,7 +222,7 @@ def run_drop_in(device: str, workdir: Path) -> dict[str, Any]:
     record: dict[str, Any] = {"revision": revision, "fp8_gluon_on_0.27.1": wrong}
     for release in releases:
         started = time.time()
-        argv = ["--vllm", release, "--device", device, module.name, "-q", "--tb=no", "-rfp"]
+        argv = ["--vllm", release, "--device", device, module.name, "-q", "--tb=line", "-rfp"]
         proc = subprocess.run(
             [sys.executable, "-m", "conformance.vllm_shim", *argv],
             capture_output=True,
@@ -236,6 +237,7 @@ def run_drop_in(device: str, workdir: Path) -> dict[str, Any]:
             )
             for kind in ("PASSED", "FAILED")
         }
+        (workdir / f"drop-in-{release}.log").write_text(proc.stdout + proc.stderr)
         record[release] = {
             "exit": proc.returncode,
             "passed": len(ids["PASSED"]),

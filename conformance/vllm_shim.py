@@ -144,9 +144,11 @@ class DropIn:
         from spec.realcode.executed.harness import worker_count
 
         lines = io.StringIO()
-        step = Step(self.release, self.file, {})
+        # On the session's device: with a GPU visible the stubs launch the release's own Triton helpers
+        # (expand_page_indices), which need their tensors there.
+        step = Step(self.release, self.file, {"device": self.device})
         with redirect_stdout(lines):
-            ok = run_all(step, load_registry(registry), shapes, 0, worker_count(len(shapes), "cpu"))
+            ok = run_all(step, load_registry(registry), shapes, 0, worker_count(len(shapes), self.device))
         rows = [json.loads(line) for line in lines.getvalue().splitlines()]
         if not ok:
             raise RuntimeError(f"mla-spec's harness failed: {rows[-1].get('fatal') if rows else 'no output'}")
