@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -74,10 +75,21 @@ def parse(argv: list[str]) -> tuple[str, str | None, str, Path, list[str]]:
     device = options.get("device", "cpu")
     if device not in DEVICES:
         raise ShimError(f"--device {device}: not one of {', '.join(DEVICES)}")
+    if device == "cuda" and not _cuda_visible():
+        # observe and numeric put the release's tensors there: without a device every test would fail
+        raise ShimError("--device cuda: no CUDA device is visible here")
     module = Path(args[0])
     if module.suffix != ".py" or not module.is_file():
         raise ShimError(f"{module}: not a Python test module")
     return options["vllm"], options.get("tree"), device, module, args[1:]
+
+
+def _cuda_visible() -> bool:
+    """Whether torch sees a CUDA device, asked through NVML so this process starts no CUDA context."""
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -197,6 +197,25 @@ def test_a_tree_without_test_utilities_is_one_error_line(folder, tmp_path):
     assert r.stderr.count("\n") == 1 and "tests/v1/attention/utils.py" in r.stderr, r.stderr
 
 
+def test_device_cuda_without_a_cuda_device_is_one_error_line(tmp_path):
+    """The module's decode steps run on ``--device``: without a CUDA device, the shim refuses the flag
+    before it runs anything, rather than failing every test."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is visible: the GPU acceptance run (benchmarks.gpu) covers --device cuda")
+    module = tmp_path / "test_module.py"
+    module.write_text("def test_nothing():\n    pass\n")
+    r = subprocess.run(
+        [sys.executable, "-m", "conformance.vllm_shim", "--vllm", "0.28.0", "--device", "cuda", str(module)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2
+    assert r.stderr == "mla-spec: error: --device cuda: no CUDA device is visible here\n"
+
+
 def _recorded_sample() -> str:
     """docs/reference/cases.md's section on the drop-in module, whose recorded runs of 0.28's module on
     0.28.0 and 0.27.1 (counts, numeric failures, per-decision failure counts) the tests check."""
