@@ -394,7 +394,6 @@ def execute(
             else 1,
         }
         env = child_env()
-        env.setdefault("OMP_NUM_THREADS", "1")
         with tempfile.TemporaryDirectory(prefix="mla-spec-dcp-") as scratch:
             if ranks == "simulated":
                 device = str(options.get("device", "cpu"))  # no RLIMIT_AS on a GPU (confine)
