@@ -401,9 +401,9 @@ def _diff_json(*args: str) -> tuple[int, dict]:
     return result.exit_code, json.loads(result.stdout)
 
 
-# Slow (CI's second step): each pair lifts two releases and evaluates them on the whole grid (0.33->0.34: 24.7 s
-# and 2.9 GB alone on 2 cores); the 0.34.0 file against itself, in the default run, keeps the 0.34-era crash
-# covered.
+# Slow (CI's second step): each pair lifts two releases and evaluates them on the whole grid
+# (0.33->0.34: 24.7 s and 2.9 GB alone on 2 cores); the 0.34.0 file against itself, in the default run,
+# keeps the 0.34-era crash covered.
 @pytest.mark.network
 @pytest.mark.slow
 @pytest.mark.parametrize(
